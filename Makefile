@@ -1,0 +1,45 @@
+# Everything a fresh clone needs. Only Python must be present.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint imports pytest docs charts bench clean venv
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/interlock fit
+
+test: $(STAMP)
+	$(MAKE) lint imports pytest docs
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests tools
+	$(BIN)/ruff format --check src tests tools
+
+imports: $(STAMP)
+	$(BIN)/lint-imports
+
+pytest: $(STAMP)
+	$(BIN)/python -m pytest tests
+
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --quiet --site-dir .site
+
+charts: $(STAMP)
+	$(BIN)/python -m interlock.cli.main chart --format mermaid -o statecharts/trainer.mmd
+	$(BIN)/python -m interlock.cli.main chart --format svg -o statecharts/trainer.svg
+
+bench: $(STAMP)
+	$(BIN)/python tools/bench.py
+
+clean:
+	rm -rf $(VENV) .site .pytest_cache

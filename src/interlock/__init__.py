@@ -1,0 +1,54 @@
+"""interlock: a PyTorch trainer whose training lifecycle is an explicit statechart."""
+
+from interlock.core.chart import Chart, load_chart
+from interlock.core.errors import (
+    ChartError,
+    CheckpointError,
+    ConflictingUpdates,
+    IllegalTransition,
+    InterlockError,
+)
+from interlock.core.events import Event, Listener, listen
+from interlock.core.module import Module
+from interlock.core.state import Progress, TrainerState
+from interlock.core.updates import (
+    LogMetrics,
+    ReplaceOptimizer,
+    RestoreState,
+    SaveCheckpoint,
+    SetLearningRate,
+    SetListenerState,
+    Stop,
+    Update,
+)
+from interlock.loops.context import Preempted
+from interlock.trainer.trainer import Trainer
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Chart",
+    "ChartError",
+    "CheckpointError",
+    "ConflictingUpdates",
+    "Event",
+    "IllegalTransition",
+    "InterlockError",
+    "Listener",
+    "LogMetrics",
+    "Module",
+    "Preempted",
+    "Progress",
+    "ReplaceOptimizer",
+    "RestoreState",
+    "SaveCheckpoint",
+    "SetLearningRate",
+    "SetListenerState",
+    "Stop",
+    "Trainer",
+    "TrainerState",
+    "Update",
+    "__version__",
+    "listen",
+    "load_chart",
+]

@@ -1,0 +1,105 @@
+"""What a checkpoint holds, and restoring one: returns the saved state.
+
+``dump`` gathers the serialized state (chart position, counters, listener
+states, data position), the module, optimizers, schedulers, precision plugin
+state and RNG states into plain data. ``restore`` checks that the checkpoint
+fits the module *before* changing anything, loads the tensors in place, and
+returns the saved :class:`TrainerState`, which the trainer applies as a
+``RestoreState`` update.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from interlock.connectors.optim import Scheduler
+from interlock.connectors.rng import get_rng_states
+from interlock.core.errors import CheckpointError
+from interlock.core.state import TrainerState
+
+__all__ = ["CHECKPOINT_FORMAT", "check_fits", "dump", "restore"]
+
+CHECKPOINT_FORMAT = "interlock.checkpoint/1"
+
+
+def dump(
+    state: TrainerState,
+    module: torch.nn.Module,
+    optimizers: Sequence[torch.optim.Optimizer],
+    schedulers: Sequence[Scheduler],
+    precision_state: Mapping[str, Any],
+    data_state: Any = None,
+) -> dict[str, Any]:
+    """Everything needed to continue the run, as plain data and tensors."""
+    state_dict = state.to_dict()
+    if data_state is not None:
+        state_dict["data"] = {**state_dict["data"], "dataset": data_state}
+    return {
+        "format": CHECKPOINT_FORMAT,
+        "state": state_dict,
+        "model": module.state_dict(),
+        "optimizers": [o.state_dict() for o in optimizers],
+        "schedulers": [s.scheduler.state_dict() for s in schedulers],
+        "precision": dict(precision_state),
+        "rng": get_rng_states(),
+    }
+
+
+def check_fits(ckpt: Mapping[str, Any], module: torch.nn.Module, source: str) -> None:
+    """Raise :class:`CheckpointError` unless the checkpoint's weights fit ``module`` exactly."""
+    for key in ("format", "state", "model"):
+        if key not in ckpt:
+            raise CheckpointError(f"{source} is not an interlock checkpoint: it has no {key!r} entry")
+    if ckpt["format"] != CHECKPOINT_FORMAT:
+        raise CheckpointError(f"{source} has format {ckpt['format']!r}; this interlock reads {CHECKPOINT_FORMAT!r}")
+    saved, own = ckpt["model"], module.state_dict()
+    missing = sorted(set(own) - set(saved))
+    unexpected = sorted(set(saved) - set(own))
+    misshapen = sorted(
+        f"{k}: checkpoint {tuple(saved[k].shape)} vs model {tuple(own[k].shape)}"
+        for k in set(own) & set(saved)
+        if isinstance(saved[k], torch.Tensor) and saved[k].shape != own[k].shape
+    )
+    if missing or unexpected or misshapen:
+        parts = [
+            f"{name}: {', '.join(v[:10])}{' ...' if len(v) > 10 else ''}"
+            for name, v in (("missing keys", missing), ("unexpected keys", unexpected), ("misshapen", misshapen))
+            if v
+        ]
+        raise CheckpointError(
+            f"{source} was saved from a different model ({type(module).__name__} does not match): " + "; ".join(parts)
+        )
+
+
+def restore(
+    ckpt: Mapping[str, Any],
+    module: torch.nn.Module,
+    optimizers: Sequence[torch.optim.Optimizer],
+    schedulers: Sequence[Scheduler],
+    source: str,
+) -> TrainerState:
+    """Load weights, optimizer and scheduler states in place; return the saved state."""
+    check_fits(ckpt, module, source)
+    try:
+        state = TrainerState.from_dict(ckpt["state"])
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"{source} holds an invalid trainer state: {exc}") from None
+    if optimizers and len(ckpt.get("optimizers", [])) != len(optimizers):
+        raise CheckpointError(
+            f"{source} has {len(ckpt.get('optimizers', []))} optimizer state(s) but configure_optimizers() "
+            f"returned {len(optimizers)} optimizer(s)"
+        )
+    if schedulers and len(ckpt.get("schedulers", [])) != len(schedulers):
+        raise CheckpointError(
+            f"{source} has {len(ckpt.get('schedulers', []))} LR scheduler state(s) but configure_optimizers() "
+            f"returned {len(schedulers)}"
+        )
+    module.load_state_dict(ckpt["model"])
+    for optimizer, saved in zip(optimizers, ckpt.get("optimizers", []), strict=False):
+        optimizer.load_state_dict(saved)
+    for sched, saved in zip(schedulers, ckpt.get("schedulers", []), strict=False):
+        sched.scheduler.load_state_dict(saved)
+    return state

@@ -1,0 +1,164 @@
+"""Data: loaders that start at any position without replaying what came before.
+
+A map-style loader's sampler is swapped for a :class:`PositionSampler`, which
+produces exactly the order the original sampler would (``RandomSampler`` draws
+its seed from the global torch RNG the same way) but records that seed, so an
+epoch can be re-entered at batch ``k`` by slicing the index order: the cost does
+not depend on ``k``. Iterable datasets with ``state_dict``/``load_state_dict``
+use those; anything else is replayed, with a warning that says so.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Iterable, Iterator, Sized
+from typing import Any
+
+import torch
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Sampler, SequentialSampler
+
+__all__ = ["EpochData", "PositionSampler", "num_batches", "prepare_loader"]
+
+
+class PositionSampler(Sampler[int]):
+    """Random or sequential indices that can start at any position.
+
+    With ``shuffle`` the epoch's permutation comes from ``torch.randperm`` seeded
+    by a value drawn from the global RNG when iteration starts, as
+    ``RandomSampler`` does; ``seed`` fixes it instead (used on resume). With
+    ``num_replicas > 1`` each rank takes every ``num_replicas``-th index of the
+    (padded) order, as ``DistributedSampler`` does.
+    """
+
+    def __init__(self, size: int, shuffle: bool, num_replicas: int = 1, rank: int = 0) -> None:
+        self.size, self.shuffle = size, shuffle
+        self.num_replicas, self.rank = num_replicas, rank
+        self.start = 0
+        self.seed: int | None = None
+
+    def __len__(self) -> int:
+        return math.ceil(self.size / self.num_replicas)
+
+    def order(self) -> list[int]:
+        if self.shuffle:
+            if self.seed is None:
+                self.seed = int(torch.empty((), dtype=torch.int64).random_().item())
+            g = torch.Generator()
+            g.manual_seed(self.seed)
+            order = torch.randperm(self.size, generator=g).tolist()
+        else:
+            order = list(range(self.size))
+        if self.num_replicas > 1:
+            total = len(self) * self.num_replicas
+            order = (order * math.ceil(total / max(len(order), 1)))[:total]
+            order = order[self.rank : total : self.num_replicas]
+        return order
+
+    def __iter__(self) -> Iterator[int]:
+        order = self.order()
+        return iter(order[self.start :])
+
+
+def _rebuild(loader: DataLoader, sampler: Sampler[int]) -> DataLoader:
+    """The same loader with another sampler (every other setting kept)."""
+    kwargs: dict[str, Any] = {
+        "batch_size": loader.batch_size,
+        "drop_last": loader.drop_last,
+        "num_workers": loader.num_workers,
+        "collate_fn": loader.collate_fn,
+        "pin_memory": loader.pin_memory,
+        "timeout": loader.timeout,
+        "worker_init_fn": loader.worker_init_fn,
+        "multiprocessing_context": loader.multiprocessing_context,
+        "generator": loader.generator,
+        "persistent_workers": loader.persistent_workers,
+    }
+    if loader.num_workers > 0:
+        kwargs["prefetch_factor"] = loader.prefetch_factor
+    return DataLoader(loader.dataset, sampler=sampler, **kwargs)
+
+
+def prepare_loader(loader: Iterable[Any], num_replicas: int = 1, rank: int = 0) -> Iterable[Any]:
+    """Make ``loader`` resumable (and sharded across ranks) where that is possible."""
+    if not isinstance(loader, DataLoader) or loader.batch_size is None:
+        return loader
+    sampler = loader.sampler
+    if type(loader.batch_sampler) is not BatchSampler or type(sampler) not in (RandomSampler, SequentialSampler):
+        return loader
+    if isinstance(sampler, RandomSampler) and (sampler.replacement or sampler._num_samples is not None):
+        return loader
+    if sampler is not None and isinstance(sampler, RandomSampler) and sampler.generator is not None:
+        return loader
+    if not isinstance(loader.dataset, Sized):
+        return loader
+    size = len(loader.dataset)
+    return _rebuild(loader, PositionSampler(size, isinstance(sampler, RandomSampler), num_replicas, rank))
+
+
+def num_batches(loader: Iterable[Any], limit: int | float | None) -> int | None:
+    """How many batches a loop takes from ``loader`` (``None``: until exhausted)."""
+    length = len(loader) if isinstance(loader, Sized) else None
+    if limit is None:
+        return length
+    if isinstance(limit, float):
+        if length is None:
+            if limit == 1.0:
+                return None
+            raise ValueError(
+                f"a fractional batch limit ({limit}) needs a loader with a length; "
+                "pass an int number of batches instead"
+            )
+        return int(length * limit)
+    return limit if length is None else min(limit, length)
+
+
+class EpochData:
+    """One loader, iterated epoch by epoch from a position."""
+
+    def __init__(self, loader: Iterable[Any]) -> None:
+        self.loader = loader
+        self.sampler = getattr(loader, "sampler", None)
+        if not isinstance(self.sampler, PositionSampler):
+            self.sampler = None
+        self.dataset = getattr(loader, "dataset", None)
+
+    @property
+    def seed(self) -> int | None:
+        return self.sampler.seed if self.sampler is not None else None
+
+    def set_epoch(self, epoch: int) -> None:
+        """Tell samplers and datasets that follow the epoch (``set_epoch``) which one it is."""
+        for obj in (getattr(self.loader, "sampler", None), getattr(self.loader, "batch_sampler", None), self.dataset):
+            if obj is not None and hasattr(obj, "set_epoch") and not isinstance(obj, PositionSampler):
+                obj.set_epoch(epoch)
+
+    def iterate(self, start: int = 0, seed: int | None = None, state: Any = None) -> Iterator[Any]:
+        """An iterator over the epoch that begins at batch ``start``.
+
+        ``seed`` fixes the shuffle order (resume); ``None`` draws a fresh one.
+        """
+        if self.sampler is not None:
+            self.sampler.seed = seed
+            self.sampler.start = start * (self.loader.batch_size or 1)  # type: ignore[attr-defined]
+            return iter(self.loader)
+        if state is not None and hasattr(self.dataset, "load_state_dict"):
+            self.dataset.load_state_dict(state)  # type: ignore[union-attr]
+            return iter(self.loader)
+        it = iter(self.loader)
+        if start:
+            warnings.warn(
+                f"resuming this loader at batch {start} replays (and discards) the first {start} batches: "
+                "use a map-style dataset with a RandomSampler/SequentialSampler, or an IterableDataset "
+                "with state_dict()/load_state_dict(), to resume without replay",
+                stacklevel=2,
+            )
+            for _ in range(start):
+                next(it)
+        return it
+
+    def data_state(self) -> Any:
+        """The iterable dataset's own position, when it has one."""
+        if self.sampler is None and hasattr(self.dataset, "state_dict"):
+            return self.dataset.state_dict()  # type: ignore[union-attr]
+        return None

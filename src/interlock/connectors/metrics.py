@@ -1,0 +1,58 @@
+"""Step outputs to metrics: the loss and every other returned scalar."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+__all__ = ["batch_size", "loss_of", "scalars"]
+
+
+def loss_of(outputs: Any, step: str = "training_step") -> torch.Tensor:
+    """The loss tensor in what a training step returned."""
+    if isinstance(outputs, torch.Tensor):
+        return outputs
+    if isinstance(outputs, Mapping) and isinstance(outputs.get("loss"), torch.Tensor):
+        return outputs["loss"]
+    raise TypeError(
+        f"{step} returned {type(outputs).__name__}; return the loss tensor or a dict with a 'loss' tensor "
+        f"(got keys {sorted(outputs) if isinstance(outputs, Mapping) else 'n/a'})"
+    )
+
+
+def scalars(outputs: Any, prefix: str) -> dict[str, float]:
+    """Every scalar in a step's outputs as a float metric named ``<prefix>_<key>``.
+
+    This syncs with the device (``.item()``): the loops call it once per epoch for
+    training and once per batch for evaluation, never per training step.
+    """
+    if outputs is None:
+        return {}
+    items = {"loss": outputs} if isinstance(outputs, torch.Tensor) else dict(outputs)
+    out: dict[str, float] = {}
+    for key, value in items.items():
+        if isinstance(value, torch.Tensor):
+            if value.numel() != 1:
+                continue
+            value = value.detach().item()
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        name = key if key.startswith(f"{prefix}_") else f"{prefix}_{key}"
+        out[name] = float(value)
+    return out
+
+
+def batch_size(batch: Any) -> int:
+    """The number of samples in a batch (its first tensor's length), 1 when unknown."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else 1
+    if isinstance(batch, Mapping):
+        batch = list(batch.values())
+    if isinstance(batch, list | tuple):
+        for item in batch:
+            n = batch_size(item)
+            if n:
+                return n
+    return 1

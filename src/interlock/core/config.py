@@ -1,0 +1,113 @@
+"""The trainer's flags, validated once, with Lightning's names."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+__all__ = ["TrainerConfig"]
+
+
+def _bad(flag: str, value: Any, allowed: str) -> ValueError:
+    return ValueError(f"Trainer({flag}={value!r}) is invalid: {allowed}")
+
+
+def _int_at_least(low: int, *, none_ok: bool = False, extra: str = "") -> Any:
+    def check(_: Any, a: attrs.Attribute, v: Any) -> None:  # type: ignore[type-arg]
+        if v is None and none_ok:
+            return
+        if not isinstance(v, int) or isinstance(v, bool) or v < low:
+            raise _bad(a.name, v, f"expected an int >= {low}{extra}")
+
+    return check
+
+
+def _limit(_: Any, a: attrs.Attribute, v: Any) -> None:  # type: ignore[type-arg]
+    if v is None:
+        return
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise _bad(a.name, v, "expected an int (number of batches) or a float in [0.0, 1.0] (fraction of batches)")
+    if isinstance(v, float) and not 0.0 <= v <= 1.0:
+        raise _bad(a.name, v, "a float limit is a fraction of the batches and must lie in [0.0, 1.0]")
+    if isinstance(v, int) and v < 0:
+        raise _bad(a.name, v, "an int limit is a number of batches and must be >= 0")
+
+
+def _val_interval(_: Any, a: attrs.Attribute, v: Any) -> None:  # type: ignore[type-arg]
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise _bad(
+            a.name, v, "expected an int (every N training batches) or a float in (0.0, 1.0] (fraction of an epoch)"
+        )
+    if isinstance(v, float) and not 0.0 < v <= 1.0:
+        raise _bad(a.name, v, "a float is a fraction of the training epoch and must lie in (0.0, 1.0]")
+    if isinstance(v, int) and v < 1:
+        raise _bad(a.name, v, "an int is a number of training batches and must be >= 1")
+
+
+def _choice(*choices: Any) -> Any:
+    def check(_: Any, a: attrs.Attribute, v: Any) -> None:  # type: ignore[type-arg]
+        if v not in choices:
+            raise _bad(a.name, v, f"choose one of {', '.join(repr(c) for c in choices)}")
+
+    return check
+
+
+def _clip(_: Any, a: attrs.Attribute, v: Any) -> None:  # type: ignore[type-arg]
+    if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or v <= 0):
+        raise _bad(a.name, v, "expected None (no clipping) or a number > 0")
+
+
+def _max_epochs(_: Any, a: attrs.Attribute, v: Any) -> None:  # type: ignore[type-arg]
+    if v is None:
+        return
+    if not isinstance(v, int) or isinstance(v, bool) or (v < 0 and v != -1):
+        raise _bad(a.name, v, "expected None, -1 (no limit) or an int >= 0")
+
+
+@attrs.frozen(kw_only=True)
+class TrainerConfig:
+    """Every loop setting of a :class:`~interlock.Trainer`, validated."""
+
+    max_epochs: int | None = attrs.field(default=None, validator=_max_epochs)
+    max_steps: int = attrs.field(default=-1, validator=_int_at_least(-1))
+    limit_train_batches: int | float | None = attrs.field(default=None, validator=_limit)
+    limit_val_batches: int | float | None = attrs.field(default=None, validator=_limit)
+    limit_test_batches: int | float | None = attrs.field(default=None, validator=_limit)
+    limit_predict_batches: int | float | None = attrs.field(default=None, validator=_limit)
+    val_check_interval: int | float = attrs.field(default=1.0, validator=_val_interval)
+    check_val_every_n_epoch: int | None = attrs.field(default=1, validator=_int_at_least(1, none_ok=True))
+    num_sanity_val_steps: int = attrs.field(default=2, validator=_int_at_least(-1, extra=" (-1 runs the whole set)"))
+    accumulate_grad_batches: int = attrs.field(default=1, validator=_int_at_least(1))
+    gradient_clip_val: float | None = attrs.field(default=None, validator=_clip)
+    gradient_clip_algorithm: str = attrs.field(default="norm", validator=_choice("norm", "value"))
+    fast_dev_run: bool | int = attrs.field(default=False)
+
+    def __attrs_post_init__(self) -> None:
+        v = self.fast_dev_run
+        if not isinstance(v, bool | int) or (not isinstance(v, bool) and v < 0):
+            raise _bad("fast_dev_run", v, "expected a bool or an int >= 0 (number of batches)")
+
+    @property
+    def epochs(self) -> int | None:
+        """Epoch limit: ``None`` for no limit; Lightning's 1000 when neither limit is set."""
+        if self.fast_dev_run:
+            return 1
+        if self.max_epochs is None:
+            return None if self.max_steps != -1 else 1000
+        return None if self.max_epochs == -1 else self.max_epochs
+
+    def limit(self, stage: str) -> int | float | None:
+        """The batch limit of a loop (``train``, ``val``, ``test``, ``predict``)."""
+        if self.fast_dev_run:
+            return 1 if self.fast_dev_run is True else int(self.fast_dev_run)
+        return getattr(self, f"limit_{stage}_batches")
+
+    @property
+    def sanity_steps(self) -> int:
+        return 0 if self.fast_dev_run else self.num_sanity_val_steps
+
+
+def describe_choices(choices: Sequence[str]) -> str:
+    return ", ".join(repr(c) for c in choices)

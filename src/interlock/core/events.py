@@ -1,0 +1,273 @@
+"""Events, their blinker signals, and ordered handler registration.
+
+Every chart transition emits the blinker signal named after the leaf state it
+enters (``fit.train.batch.end``), carrying an :class:`Event`. Handlers are
+registered with a glob ``pattern`` over those names, optionally filtered with
+``every=N`` (the event's N-th, 2N-th, ... occurrence) or ``once`` (only its first,
+or its ``once``-th, occurrence). Each signal has one blinker receiver, the bus's
+dispatcher, which calls that event's handlers in registration order: delivery is
+deterministic. When an event has no handler its signal has no receiver, and the
+trainer builds no event and no state snapshot for it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import inspect
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+import attrs
+import blinker
+
+from interlock.core.state import TrainerState
+from interlock.core.updates import SetListenerState, Update, as_updates
+
+__all__ = ["Event", "EventBus", "Handler", "Listener", "Subscription", "listen"]
+
+Handler = Callable[["Event", TrainerState], Any]
+F = TypeVar("F", bound=Callable[..., Any])
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+@attrs.frozen(slots=True)
+class Event:
+    """One transition: the leaf state entered, how, and what it carries.
+
+    ``payload`` holds the transition's data: ``batch``, ``outputs`` (what a step
+    returned), ``metrics``, ``exception``; only what the transition knows.
+    """
+
+    name: str
+    trigger: str
+    source: str
+    count: int
+    epoch: int
+    global_step: int
+    batch_idx: int
+    payload: Mapping[str, Any] = _EMPTY
+
+    @property
+    def dest(self) -> str:
+        return self.name
+
+
+@attrs.define
+class Subscription:
+    """A registered handler; ``remove()`` unregisters it."""
+
+    pattern: str
+    handler: Handler
+    source: str
+    every: int | None = None
+    once: int | None = None
+    names: tuple[str, ...] = ()
+    bus: EventBus | None = attrs.field(default=None, repr=False)
+
+    wants_state: bool = True
+
+    def wants(self, count: int) -> bool:
+        if self.once is not None:
+            return count == self.once
+        return self.every is None or count % self.every == 0
+
+    def remove(self) -> None:
+        if self.bus is not None:
+            self.bus._remove(self)
+            self.bus = None
+
+
+def _takes_state(handler: Any) -> bool:
+    """Whether ``handler`` accepts ``(event, state)`` rather than just ``(event)``."""
+    try:
+        params = list(inspect.signature(handler).parameters.values())
+    except (TypeError, ValueError):
+        return True
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return True
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) >= 2:
+        return True
+    if len(positional) == 1:
+        return False
+    raise TypeError(f"handler {handler!r} must accept (event) or (event, state)")
+
+
+def _describe(handler: Any) -> str:
+    owner = getattr(handler, "__self__", None)
+    name = getattr(handler, "__qualname__", None) or repr(handler)
+    return f"{type(owner).__name__}.{handler.__name__}" if owner is not None else name
+
+
+class EventBus:
+    """The signals of one chart and the handlers registered on them."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = tuple(names)
+        self._namespace = blinker.Namespace()
+        self.signals: dict[str, blinker.NamedSignal] = {n: self._namespace.signal(n) for n in self.names}
+        self._handlers: dict[str, list[Subscription]] = {n: [] for n in self.names}
+
+    def match(self, pattern: str) -> tuple[str, ...]:
+        """Event names the glob ``pattern`` selects; an error when it selects none."""
+        if not isinstance(pattern, str):
+            raise TypeError(f"pattern must be a glob string such as 'fit.train.*', got {pattern!r}")
+        names = tuple(n for n in self.names if fnmatch.fnmatchcase(n, pattern))
+        if not names:
+            close = [n for n in self.names if pattern.split(".", maxsplit=1)[0] in n][:8]
+            hint = f" (similar: {', '.join(close)})" if close else ""
+            raise ValueError(
+                f"pattern {pattern!r} matches no event{hint}; events are chart leaf paths such as "
+                f"'fit.train.batch.end'; run `interlock chart` to see them all"
+            )
+        return names
+
+    def on(
+        self,
+        pattern: str,
+        handler: Handler | None = None,
+        *,
+        every: int | None = None,
+        once: bool | int = False,
+        source: str | None = None,
+    ) -> Any:
+        """Register ``handler`` for the events ``pattern`` selects; a decorator without ``handler``."""
+        if every is not None and (not isinstance(every, int) or isinstance(every, bool) or every < 1):
+            raise ValueError(f"every={every!r}: must be an int >= 1 (call the handler on every N-th event)")
+        if once is not False and every is not None:
+            raise ValueError("pass either every= or once=, not both")
+        if isinstance(once, bool):
+            once_at = 1 if once else None
+        elif isinstance(once, int) and once >= 1:
+            once_at = once
+        else:
+            raise ValueError(f"once={once!r}: must be True or an int >= 1 (the occurrence to handle)")
+        names = self.match(pattern)
+
+        def register(fn: F) -> F:
+            if not callable(fn):
+                raise TypeError(f"handler for {pattern!r} must be callable, got {fn!r}")
+            sub = Subscription(pattern, fn, source or _describe(fn), every, once_at, names, self, _takes_state(fn))
+            for name in names:
+                if not self._handlers[name]:
+                    self.signals[name].connect(self._dispatch, weak=False)
+                self._handlers[name].append(sub)
+            return fn
+
+        if handler is None:
+            return register
+        register(handler)
+        return self._handlers[names[0]][-1]
+
+    def _remove(self, sub: Subscription) -> None:
+        for name in sub.names:
+            handlers = self._handlers[name]
+            if sub in handlers:
+                handlers.remove(sub)
+            if not handlers:
+                self.signals[name].disconnect(self._dispatch)
+
+    def handlers(self, name: str) -> list[Subscription]:
+        """The handlers of one event, in delivery order."""
+        return list(self._handlers[name])
+
+    def _dispatch(self, event: Event, *, state_ref: Callable[[], TrainerState]) -> list[tuple[str, Update]]:
+        out: list[tuple[str, Update]] = []
+        for sub in self._handlers[event.name]:
+            if sub.wants(event.count):
+                result = sub.handler(event, state_ref()) if sub.wants_state else sub.handler(event)  # type: ignore[call-arg]
+                if result is not None:
+                    out.extend((sub.source, u) for u in as_updates(result, sub.source))
+        return out
+
+    def send(self, event: Event, state_ref: Callable[[], TrainerState]) -> list[tuple[str, Update]]:
+        """Emit ``event`` on its signal; returns ``(source, update)`` pairs in order.
+
+        ``state_ref()`` gives the current state; it is only built when a handler
+        takes it. Receivers connected to the blinker signal directly (not through
+        :meth:`on`) are called as ``receiver(event, state_ref=...)`` after the
+        ordered handlers, and may also return updates.
+        """
+        out: list[tuple[str, Update]] = []
+        for receiver, result in self.signals[event.name].send(event, state_ref=state_ref):
+            if receiver == self._dispatch:
+                out.extend(result)
+            else:
+                source = _describe(receiver)
+                out.extend((source, u) for u in as_updates(result, source))
+        return out
+
+
+def listen(pattern: str, *, every: int | None = None, once: bool | int = False) -> Callable[[F], F]:
+    """Mark a :class:`Listener` method as the handler of ``pattern``."""
+
+    def mark(fn: F) -> F:
+        marks = list(getattr(fn, "__interlock_listen__", ()))
+        marks.append((pattern, every, once))
+        fn.__interlock_listen__ = marks  # type: ignore[attr-defined]
+        return fn
+
+    return mark
+
+
+class Listener:
+    """Base class of listeners: handlers declared with :func:`listen`.
+
+    A listener keeps no run state on itself: it reads its stored state with
+    :meth:`stored` and returns :meth:`store` updates, so its state lives in the
+    trainer state and is checkpointed and resumed with it. ``key`` names that
+    state (the class name unless given); ``after`` lists keys of listeners that
+    must handle an event before this one.
+    """
+
+    after: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return getattr(self, "_key", None) or type(self).__name__
+
+    @key.setter
+    def key(self, value: str) -> None:
+        self._key = value
+
+    def subscriptions(self) -> Iterator[tuple[str, Handler, int | None, bool | int]]:
+        """``(pattern, bound method, every, once)`` for each declared handler."""
+        for name in dir(type(self)):
+            fn = getattr(type(self), name, None)
+            for pattern, every, once in getattr(fn, "__interlock_listen__", ()):
+                yield pattern, getattr(self, name), every, once
+
+    def stored(self, state: TrainerState) -> Mapping[str, Any]:
+        """The state of this listener, as stored in the trainer state."""
+        return state.listener_state(self.key)
+
+    def store(self, state: TrainerState, **values: Any) -> SetListenerState:
+        """An update that merges ``values`` into this listener's stored state."""
+        return SetListenerState(self.key, {**self.stored(state), **values})
+
+
+def order_listeners(listeners: Iterable[Listener]) -> list[Listener]:
+    """Stable topological order: list order, except each runs after its ``after`` keys."""
+    pending = list(listeners)
+    keys = [lst.key for lst in pending]
+    dupes = sorted({k for k in keys if keys.count(k) > 1})
+    if dupes:
+        raise ValueError(f"two listeners share the state key(s) {dupes}; give each instance its own `key=`")
+    known = set(keys)
+    for lst in pending:
+        missing = [a for a in lst.after if a not in known]
+        if missing:
+            raise ValueError(f"listener {lst.key!r} runs after {missing}, but no listener has that key")
+    done: list[Listener] = []
+    placed: set[str] = set()
+    while pending:
+        for lst in pending:
+            if all(a in placed for a in lst.after):
+                done.append(lst)
+                placed.add(lst.key)
+                pending.remove(lst)
+                break
+        else:
+            raise ValueError(f"listeners {[lst.key for lst in pending]} have a cycle in their `after` declarations")
+    return done

@@ -1,0 +1,218 @@
+"""The fit loop: sanity check, then epochs of batches with validation inside.
+
+It is a dispatch on the chart's current state: whatever state the chart is in
+(fresh, or restored from a checkpoint), the loop continues from there. Work
+that belongs to a transition is done just before it is fired, so a checkpoint
+taken in any checkpointable state holds exactly what continuing needs.
+
+Training batch region of the chart::
+
+    fetch -fetched-> step -backward-> backward -optimizer_step-> optimizer_step -stepped-> end
+                                      backward -accumulate-> end
+    end -next-> fetch | -validate-> val | -epoch_end-> epoch_end
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from interlock.connectors.data import EpochData, num_batches
+from interlock.connectors.metrics import loss_of, scalars
+from interlock.connectors.optim import step_schedulers
+from interlock.loops.context import Preempted, RunContext
+from interlock.loops.driver import Driver
+from interlock.loops.evaluation import _restore_rng, run_eval
+
+__all__ = ["TRIGGERS", "run_fit"]
+
+TRIGGERS = frozenset(
+    {"sanity_check", "train", "run", "fetched", "exhausted", "validate", "backward", "optimizer_step"}
+    | {"accumulate", "stepped", "next", "epoch_end", "resume", "next_epoch", "done"}
+)
+
+
+class _Epoch:
+    """Per-epoch facts of the training loader: its iterator and length."""
+
+    def __init__(self, data: EpochData, limit: int | None) -> None:
+        self.data = data
+        self.limit = limit
+        self.it: Any = None
+        self.exhausted = False
+        self.last_outputs: Any = None
+
+
+def run_fit(drv: Driver, ctx: RunContext) -> None:
+    """Run the fit stage from the chart's current state until ``fit.end``."""
+    cfg = ctx.config
+    if drv.at == "fit.start":
+        if "val" in ctx.data and cfg.sanity_steps != 0:
+            drv.fire("sanity_check")
+            run_eval(drv, ctx, "fit.sanity")
+            drv.evolve(eval_sums={})
+        drv.fire("train")
+    train = ctx.data["train"]
+    epoch = _Epoch(train, num_batches(train.loader, cfg.limit("train")))
+    if drv.at in ("fit.train.batch.end",) or drv.at.startswith("fit.train.val"):
+        _reenter_epoch(drv, ctx, epoch)
+    if not drv.at.startswith("fit.train.val"):
+        _restore_rng(ctx)
+    while True:
+        at = drv.at
+        if at == "fit.train.batch.end":
+            _after_batch(drv, ctx, epoch)
+        elif at == "fit.train.batch.fetch":
+            _batches(drv, ctx, epoch)
+        elif at == "fit.train.epoch_start":
+            epoch.data.set_epoch(drv.counters.epoch)
+            epoch.it, epoch.exhausted = epoch.data.iterate(0), False
+            drv.fire("run")
+        elif at.startswith("fit.train.val"):
+            run_eval(drv, ctx, "fit.train.val")
+            done = epoch.exhausted or _epoch_over(drv, epoch) or _stopping(drv, ctx)
+            if done:
+                _end_epoch(drv, ctx, epoch)
+            else:
+                drv.fire("resume")
+        elif at == "fit.train.epoch_end":
+            _leave_epoch(drv, ctx)
+        elif at == "fit.end":
+            return
+        else:  # pragma: no cover - the chart and this dispatch disagree
+            raise RuntimeError(f"the fit loop does not know how to continue from state {at!r}")
+
+
+def _reenter_epoch(drv: Driver, ctx: RunContext, epoch: _Epoch) -> None:
+    """Re-open the training iterator at the saved position (resume)."""
+    epoch.data.set_epoch(drv.counters.epoch)
+    seed = drv.state.data.get("seed")
+    epoch.it = epoch.data.iterate(drv.counters.batch_idx, seed, drv.state.data.get("dataset"))
+
+
+def _epoch_over(drv: Driver, epoch: _Epoch) -> bool:
+    return epoch.limit is not None and drv.counters.batch_idx >= epoch.limit
+
+
+def _stopping(drv: Driver, ctx: RunContext) -> bool:
+    max_steps = ctx.config.max_steps
+    stop = drv.should_stop or (max_steps != -1 and drv.counters.global_step >= max_steps)
+    return ctx.agree(stop) if ctx.agree is not None else stop
+
+
+def _val_due(drv: Driver, ctx: RunContext, epoch: _Epoch, at_epoch_end: bool, batch_done: bool = True) -> bool:
+    """Whether validation runs now: after a batch, or (``batch_done=False``) when the data ran out."""
+    cfg = ctx.config
+    if "val" not in ctx.data or cfg.limit("val") == 0:
+        return False
+    every = cfg.check_val_every_n_epoch
+    if every is not None and (drv.counters.epoch + 1) % every:
+        return False
+    interval = cfg.val_check_interval
+    if isinstance(interval, float):
+        if interval == 1.0 or epoch.limit is None:
+            return at_epoch_end
+        n = max(1, int(epoch.limit * interval))
+        return (batch_done and drv.counters.batch_idx % n == 0) or at_epoch_end
+    if not batch_done:
+        return False
+    return drv.counters.batch_idx % interval == 0 if every is not None else drv.counters.train_batches % interval == 0
+
+
+def _check_preemption(drv: Driver, ctx: RunContext) -> None:
+    flag = ctx.preemption
+    if flag is None:
+        return
+    received = flag.received is not None
+    if ctx.agree(received) if ctx.agree is not None else received:
+        ctx.request_preemption_save()
+        raise Preempted(flag.received or 15)
+
+
+def _after_batch(drv: Driver, ctx: RunContext, epoch: _Epoch) -> None:
+    """Leave ``batch.end``: next batch, validation, or the end of the epoch."""
+    _check_preemption(drv, ctx)
+    over = _epoch_over(drv, epoch)
+    stopping = _stopping(drv, ctx)
+    if _val_due(drv, ctx, epoch, at_epoch_end=over):
+        drv.fire("validate")
+    elif over or stopping:
+        _end_epoch(drv, ctx, epoch)
+    else:
+        drv.fire("next")
+
+
+def _batches(drv: Driver, ctx: RunContext, epoch: _Epoch) -> None:
+    """The hot path: run training batches from ``batch.fetch`` until the region is left."""
+    fire, counters, cfg = drv.fire, drv.counters, ctx.config
+    module, precision, move = ctx.module, ctx.precision, ctx.move
+    training_step = ctx.step("training_step")
+    accumulate = cfg.accumulate_grad_batches
+    clip, clip_by_norm = cfg.gradient_clip_val, cfg.gradient_clip_algorithm == "norm"
+    device_type = ctx.device.type
+    it, limit = epoch.it, epoch.limit
+    first_of_epoch = counters.batch_idx == 0
+    module.train()
+    while True:  # at fit.train.batch.fetch
+        try:
+            batch = next(it)
+        except StopIteration:
+            epoch.exhausted = True
+            if _val_due(drv, ctx, epoch, at_epoch_end=True, batch_done=False):
+                fire("validate")
+            else:
+                _end_epoch(drv, ctx, epoch, via="exhausted")
+            return
+        if first_of_epoch:
+            first_of_epoch = False
+            drv.evolve(data={"seed": epoch.data.seed, "epoch": counters.epoch})
+        batch = precision.convert_input(move(batch))
+        batch_idx = counters.batch_idx
+        fire("fetched", {"batch": batch, "batch_idx": batch_idx})
+        with precision.autocast(device_type):
+            outputs = training_step(batch, batch_idx)
+        loss = loss_of(outputs)
+        fire("backward", {"outputs": outputs, "batch_idx": batch_idx})
+        precision.backward(loss / accumulate if accumulate > 1 else loss)
+        if (batch_idx + 1) % accumulate == 0 or (limit is not None and batch_idx + 1 >= limit):
+            fire("optimizer_step", {"outputs": outputs, "batch_idx": batch_idx})
+            for optimizer in ctx.optimizers:
+                if clip is not None:
+                    precision.unscale_gradients(optimizer)
+                    params = [p for group in optimizer.param_groups for p in group["params"]]
+                    if clip_by_norm:
+                        torch.nn.utils.clip_grad_norm_(params, clip)
+                    else:
+                        torch.nn.utils.clip_grad_value_(params, clip)
+                precision.optimizer_step(optimizer)
+                optimizer.zero_grad(set_to_none=True)
+            if ctx.schedulers:
+                step_schedulers(ctx.schedulers, "step", counters.global_step + 1, drv.state.metrics)
+            fire("stepped", {"outputs": outputs, "batch_idx": batch_idx})
+        else:
+            fire("accumulate", {"outputs": outputs, "batch_idx": batch_idx})
+        epoch.last_outputs = outputs
+        _after_batch(drv, ctx, epoch)
+        if drv.at != "fit.train.batch.fetch":
+            return
+
+
+def _end_epoch(drv: Driver, ctx: RunContext, epoch: _Epoch, via: str = "epoch_end") -> None:
+    """Record the epoch's training metrics, then enter ``epoch_end``."""
+    if epoch.last_outputs is not None:
+        metrics = ctx.reduce_metrics(scalars(epoch.last_outputs, "train"))
+        drv.log(metrics, stage="train", epoch=drv.counters.epoch, global_step=drv.counters.global_step)
+    drv.fire(via)
+
+
+def _leave_epoch(drv: Driver, ctx: RunContext) -> None:
+    """Leave ``epoch_end``: step epoch schedulers, then the next epoch or the end."""
+    _check_preemption(drv, ctx)
+    epochs = ctx.config.epochs
+    if ctx.schedulers:
+        step_schedulers(ctx.schedulers, "epoch", drv.counters.epoch + 1, drv.state.metrics)
+    if _stopping(drv, ctx) or (epochs is not None and drv.counters.epoch + 1 >= epochs):
+        drv.fire("done")
+    else:
+        drv.fire("next_epoch")

@@ -1,0 +1,71 @@
+"""Strategies: how a run is spread over processes. Plugins, so they work on every accelerator.
+
+A strategy is told the device and the collective backend by the layer above;
+it never asks which hardware it runs on. The fit/evaluation loops use what
+:meth:`Strategy.setup` returns: step callables (through a DDP/FSDP wrapper
+when there is one), a metric reducer, a flag agreement, and data sharding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import torch
+
+__all__ = ["Distributed", "SingleDevice", "Strategy"]
+
+
+@attrs.define
+class Distributed:
+    """What the loops need from a strategy: all plain callables and numbers."""
+
+    world_size: int = 1
+    rank: int = 0
+    steps: dict[str, Callable[..., Any]] = attrs.field(factory=dict)
+    reduce_metrics: Callable[[dict[str, float]], dict[str, float]] | None = None
+    agree: Callable[[bool], bool] | None = None
+
+    @property
+    def is_global_zero(self) -> bool:
+        return self.rank == 0
+
+
+class Strategy:
+    """Base: one process, one device."""
+
+    name = "single_device"
+
+    def __init__(self) -> None:
+        self.world_size = 1
+        self.global_rank = 0
+        self.local_rank = 0
+
+    @property
+    def is_global_zero(self) -> bool:
+        return self.global_rank == 0
+
+    def launch(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn`` in every process of the job (this one, for in-process strategies)."""
+        return fn(*args)
+
+    def setup_environment(self, device: torch.device, backend: str) -> None:
+        """Join the process group (no-op for one process)."""
+
+    def setup_module(self, module: torch.nn.Module, device: torch.device) -> Distributed:
+        """Wrap ``module`` as the strategy needs; return the loops' view of the strategy."""
+        return Distributed(self.world_size, self.global_rank)
+
+    def barrier(self) -> None:
+        """Wait for every process (no-op for one process)."""
+
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        return obj
+
+    def teardown(self) -> None:
+        """Leave the process group and release what :meth:`setup_environment` took."""
+
+
+class SingleDevice(Strategy):
+    """The default: everything in this process."""

@@ -1,0 +1,186 @@
+"""One call of fit/validate/test/predict: build the run's objects, restore, run the stage.
+
+The trainer facade delegates here. This module wires connectors into a
+:class:`~interlock.loops.context.RunContext`, resolves ``ckpt_path``, and gives
+the runtime its effect handlers (checkpoint writes, learning-rate and optimizer
+changes). Everything the trainer *knows* still lives only in the runtime's state.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from interlock.connectors import checkpoint as ckpt_connector
+from interlock.connectors.data import EpochData, prepare_loader
+from interlock.connectors.hardware import Hardware
+from interlock.connectors.optim import configure_optimizers
+from interlock.connectors.rng import seed_everything
+from interlock.connectors.signals import PreemptionFlag
+from interlock.core.config import TrainerConfig
+from interlock.core.errors import CheckpointError
+from interlock.core.module import Module
+from interlock.core.state import TrainerState
+from interlock.core.updates import ReplaceOptimizer, RestoreState, SaveCheckpoint, SetLearningRate
+from interlock.loops.context import RunContext
+from interlock.loops.evaluation import run_eval
+from interlock.loops.fit import run_fit
+from interlock.loops.stage import run_stage
+from interlock.plugins.checkpoint_io import TorchCheckpointIO
+from interlock.trainer.runtime import Runtime
+
+__all__ = ["Session", "resolve_ckpt_path"]
+
+
+def resolve_ckpt_path(ckpt_path: str | os.PathLike[str], root: Path) -> Path:
+    """``"last"`` is the newest ``last.ckpt`` under ``root``; anything else is a path."""
+    if str(ckpt_path) == "last":
+        found = sorted(root.glob("**/last.ckpt"), key=lambda p: p.stat().st_mtime)
+        if not found:
+            raise CheckpointError(f"ckpt_path='last' but there is no last.ckpt under {root}; pass a checkpoint path")
+        return found[-1]
+    return Path(ckpt_path)
+
+
+@attrs.define
+class Session:
+    """Runs one stage for the trainer."""
+
+    runtime: Runtime
+    config: TrainerConfig
+    hardware: Hardware
+    root: Path
+    run_dir: Path
+    seed: int | None
+    checkpoint_io: TorchCheckpointIO = attrs.field(factory=TorchCheckpointIO)
+    preempt_signals: tuple[int, ...] = (signal.SIGTERM,)
+    _loaders: dict[str, Iterable[Any] | None] = attrs.field(factory=dict, init=False)
+
+    def context(self, module: Module, loaders: dict[str, Iterable[Any] | None]) -> RunContext:
+        hw = self.hardware
+        device = hw.device
+        ctx = RunContext(module=module, config=self.config, precision=hw.precision, device=device)
+        if device.type != "cpu":
+            ctx.move = lambda batch: hw.accelerator.move_to_device(batch, device)
+        self._loaders = loaders
+        return ctx
+
+    def _setup_module(self, ctx: RunContext, fit: bool) -> None:
+        """Device, precision, strategy wrapping, data sharding, then optimizers (in that order)."""
+        hw, strategy = self.hardware, self.hardware.strategy
+        hw.accelerator.setup_device(ctx.device)
+        strategy.setup_environment(ctx.device, hw.accelerator.default_backend())
+        ctx.module = hw.precision.convert_module(ctx.module.to(ctx.device))
+        dist = strategy.setup_module(ctx.module, ctx.device)
+        ctx.steps, ctx.reduce_metrics_fn, ctx.agree = dist.steps, dist.reduce_metrics, dist.agree
+        for name, loader in self._loaders.items():
+            if loader is not None:
+                ctx.data[name] = EpochData(prepare_loader(loader, dist.world_size, dist.rank))
+        if fit:
+            ctx.optimizers, ctx.schedulers = configure_optimizers(ctx.module.configure_optimizers())
+            self.runtime.effects[SetLearningRate] = lambda u: _set_lr(ctx, u)
+            self.runtime.effects[ReplaceOptimizer] = lambda u: _replace_optimizer(ctx, u)
+
+    def _load(self, ckpt_path: Any, ctx: RunContext) -> dict[str, Any]:
+        path = resolve_ckpt_path(ckpt_path, self.root)
+        ckpt = self.checkpoint_io.load_checkpoint(path, map_location=ctx.device)
+        ckpt_connector.check_fits(ckpt, ctx.module, str(path))
+        return ckpt
+
+    def _restore(self, ckpt: dict[str, Any], ctx: RunContext, source: str) -> None:
+        state = ckpt_connector.restore(ckpt, ctx.module, ctx.optimizers, ctx.schedulers, source)
+        self.hardware.precision.load_state_dict(ckpt.get("precision", {}))
+        ctx.rng_to_restore = ckpt.get("rng")
+        chart = state.chart
+        if chart in ("finished", "fit.end") or chart not in self.runtime.chart.checkpoint_states:
+            chart = "fit.train.epoch_end"
+        self.runtime.apply(RestoreState(attrs.evolve(state, chart=chart, stage="fit", status="running")))
+
+    def save(self, path: str, state: TrainerState, ctx: RunContext) -> None:
+        train = ctx.data.get("train")
+        payload = ckpt_connector.dump(
+            state,
+            ctx.module,
+            ctx.optimizers,
+            ctx.schedulers,
+            self.hardware.precision.state_dict(),
+            train.data_state() if train is not None else None,
+        )
+        strategy = self.hardware.strategy
+        if strategy.is_global_zero:
+            self.checkpoint_io.save_checkpoint(payload, path)
+        strategy.barrier()
+
+    def fit(self, module: Module, train: Iterable[Any], val: Iterable[Any] | None, ckpt_path: Any) -> dict[str, float]:
+        ctx = self.context(module, {"train": train, "val": val})
+        flag = PreemptionFlag(self.preempt_signals)
+        ctx.preemption = flag
+        ctx.request_preemption_save = lambda: self.runtime.apply(
+            SaveCheckpoint(str(self.run_dir / "checkpoints" / "last.ckpt"), tag="preempted"), source="preemption"
+        )
+        self.runtime.save_checkpoint = lambda path, state: self.save(path, state, ctx)
+        self.runtime.metric_mode = module.mode_of
+        loaded: dict[str, Any] = {}
+
+        def setup() -> None:
+            if self.seed is not None:
+                seed_everything(self.seed)
+            self.runtime.evolve(seed=self.seed, run_dir=str(self.run_dir))
+            self._setup_module(ctx, fit=True)
+            if ckpt_path is not None:
+                loaded["ckpt"] = self._load(ckpt_path, ctx)
+            flag.install()
+
+        def body() -> None:
+            if loaded:
+                self._restore(loaded["ckpt"], ctx, str(ckpt_path))
+            run_fit(self.runtime, ctx)
+
+        run_stage(self.runtime, "fit", setup, body, lambda: self._teardown(ctx, flag))
+        return dict(self.runtime.state.metrics)
+
+    def evaluate(self, stage: str, module: Module, loader: Iterable[Any], ckpt_path: Any) -> Any:
+        key = {"validate": "val", "test": "test", "predict": "predict"}[stage]
+        ctx = self.context(module, {key: loader})
+
+        def setup() -> None:
+            self.runtime.evolve(run_dir=str(self.run_dir))
+            self._setup_module(ctx, fit=False)
+            if ckpt_path is not None:
+                ckpt = self._load(ckpt_path, ctx)
+                ctx.module.load_state_dict(ckpt["model"])
+
+        def body() -> Any:
+            metrics = run_eval(self.runtime, ctx, stage)
+            return ctx.predictions if stage == "predict" else metrics
+
+        return run_stage(self.runtime, stage, setup, body, lambda: self._teardown(ctx, None))
+
+    def _teardown(self, ctx: RunContext, flag: PreemptionFlag | None) -> None:
+        if flag is not None:
+            flag.uninstall()
+        self.runtime.save_checkpoint = None
+        self.runtime.effects.clear()
+        self.hardware.strategy.teardown()
+        self.hardware.accelerator.teardown()
+
+
+def _set_lr(ctx: RunContext, update: SetLearningRate) -> None:
+    _check_index(ctx, update.optimizer)
+    for group in ctx.optimizers[update.optimizer].param_groups:
+        group["lr"] = update.lr
+
+
+def _replace_optimizer(ctx: RunContext, update: ReplaceOptimizer) -> None:
+    _check_index(ctx, update.index)
+    ctx.optimizers[update.index] = update.factory(ctx.module.parameters())
+
+
+def _check_index(ctx: RunContext, index: int) -> None:
+    if not 0 <= index < len(ctx.optimizers):
+        raise IndexError(f"optimizer index {index} is out of range: the module has {len(ctx.optimizers)} optimizer(s)")

@@ -1,0 +1,154 @@
+"""The Trainer: a thin facade over the chart runtime and one session per call."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from interlock.connectors.hardware import resolve_hardware
+from interlock.core.chart import Chart, load_chart
+from interlock.core.config import TrainerConfig
+from interlock.core.events import EventBus, Handler, Listener, order_listeners
+from interlock.core.module import Module
+from interlock.core.state import TrainerState
+from interlock.loops import TRIGGERS
+from interlock.trainer.runtime import Runtime
+from interlock.trainer.session import Session
+
+__all__ = ["Trainer"]
+
+
+class Trainer:
+    """Runs :class:`~interlock.Module` s through the lifecycle statechart.
+
+    Flags keep Lightning's names and meanings. ``listeners`` receive every event
+    they subscribe to; ``None`` installs the defaults (progress bar, CSV logger,
+    event trace, ``ModelCheckpoint(save_last=True)``), ``[]`` none at all.
+    Outputs go to ``default_root_dir/runs/version_N``.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_epochs: int | None = None,
+        max_steps: int = -1,
+        limit_train_batches: int | float | None = None,
+        limit_val_batches: int | float | None = None,
+        limit_test_batches: int | float | None = None,
+        limit_predict_batches: int | float | None = None,
+        val_check_interval: int | float = 1.0,
+        check_val_every_n_epoch: int | None = 1,
+        num_sanity_val_steps: int = 2,
+        accumulate_grad_batches: int = 1,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str = "norm",
+        accelerator: Any = "auto",
+        devices: Any = "auto",
+        strategy: str = "auto",
+        precision: Any = "32-true",
+        listeners: Sequence[Listener] | None = None,
+        default_root_dir: str | os.PathLike[str] | None = None,
+        seed: int | None = None,
+        deterministic: bool = False,
+        fast_dev_run: bool | int = False,
+        chart: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self.config = TrainerConfig(
+            max_epochs=max_epochs,
+            max_steps=max_steps,
+            limit_train_batches=limit_train_batches,
+            limit_val_batches=limit_val_batches,
+            limit_test_batches=limit_test_batches,
+            limit_predict_batches=limit_predict_batches,
+            val_check_interval=val_check_interval,
+            check_val_every_n_epoch=check_val_every_n_epoch,
+            num_sanity_val_steps=num_sanity_val_steps,
+            accumulate_grad_batches=accumulate_grad_batches,
+            gradient_clip_val=gradient_clip_val,
+            gradient_clip_algorithm=gradient_clip_algorithm,
+            fast_dev_run=fast_dev_run,
+        )
+        self.hardware = resolve_hardware(accelerator, devices, strategy, precision)
+        if deterministic:
+            import torch
+
+            torch.use_deterministic_algorithms(True)
+        self.seed = seed
+        self.root = Path(default_root_dir or os.getcwd())
+        self.statechart: Chart = load_chart(chart)
+        self.statechart.check_triggers(TRIGGERS)
+        self.bus = EventBus(self.statechart.leaves)
+        self.runtime = Runtime(self.statechart, self.bus)
+        if listeners is None:
+            from interlock.listeners import default_listeners
+
+            listeners = default_listeners()
+        self.listeners = order_listeners(listeners)
+        for listener in self.listeners:
+            for pattern, fn, every, once in listener.subscriptions():
+                self.bus.on(pattern, fn, every=every, once=once, source=listener.key)
+        self._run_dir: Path | None = None
+
+    # -- events and state -------------------------------------------------------------
+    def on(
+        self, pattern: str, handler: Handler | None = None, *, every: int | None = None, once: bool | int = False
+    ) -> Any:
+        """Call ``handler(event, state)`` on events matching the glob ``pattern``; a decorator without ``handler``."""
+        return self.bus.on(pattern, handler, every=every, once=once)
+
+    @property
+    def state(self) -> TrainerState:
+        """Everything the trainer knows about the run (frozen)."""
+        return self.runtime.state
+
+    @property
+    def run_dir(self) -> Path:
+        """Where this trainer's outputs go: ``default_root_dir/runs/version_N``, made on first use."""
+        if self._run_dir is None:
+            runs = self.root / "runs"
+            taken = [int(p.name.split("_")[-1]) for p in runs.glob("version_*") if p.name.split("_")[-1].isdigit()]
+            self._run_dir = runs / f"version_{max(taken, default=-1) + 1}"
+        return self._run_dir
+
+    def _session(self) -> Session:
+        return Session(self.runtime, self.config, self.hardware, self.root, self.run_dir, self.seed)
+
+    # -- entry points -----------------------------------------------------------------
+    def fit(
+        self,
+        module: Module,
+        train_dataloaders: Iterable[Any],
+        val_dataloaders: Iterable[Any] | None = None,
+        ckpt_path: str | os.PathLike[str] | None = None,
+    ) -> dict[str, float]:
+        """Train; return the latest metrics. ``ckpt_path`` (a file or ``"last"``) resumes exactly."""
+        return self._session().fit(module, train_dataloaders, val_dataloaders, ckpt_path)
+
+    def validate(self, module: Module, dataloaders: Iterable[Any], ckpt_path: Any = None) -> dict[str, float]:
+        """Run the validation loop once; return its metrics."""
+        return self._session().evaluate("validate", module, dataloaders, ckpt_path)  # type: ignore[no-any-return]
+
+    def test(self, module: Module, dataloaders: Iterable[Any], ckpt_path: Any = None) -> dict[str, float]:
+        """Run the test loop once; return its metrics."""
+        return self._session().evaluate("test", module, dataloaders, ckpt_path)  # type: ignore[no-any-return]
+
+    def predict(self, module: Module, dataloaders: Iterable[Any], ckpt_path: Any = None) -> list[Any]:
+        """Run the predict loop; return what ``predict_step`` returned for each batch."""
+        return self._session().evaluate("predict", module, dataloaders, ckpt_path)  # type: ignore[no-any-return]
+
+    # -- debugging --------------------------------------------------------------------
+    def chart(self, format: str = "mermaid", trace: str | os.PathLike[str] | None = None) -> str | bytes:
+        """The statechart as Mermaid, DOT, SVG or PNG, with a run's trace overlaid when given."""
+        from interlock.viz import read_trace, render
+
+        summary = read_trace(trace, self.statechart) if trace is not None else None
+        return render(self.statechart, format, summary)
+
+    def subscribers(self) -> list[tuple[str, list[str]]]:
+        """For each event, its handlers in delivery order (what ``interlock listeners`` prints)."""
+        return [(n, [s.source for s in self.bus.handlers(n)]) for n in self.statechart.leaves if self.bus.handlers(n)]
+
+    def __repr__(self) -> str:
+        return f"Trainer({self.hardware.describe()}, at={self.runtime.at!r})"

@@ -1,0 +1,365 @@
+"""Draw the statechart as Mermaid or Graphviz, optionally with a run's trace on top.
+
+Edges are the transitions as *declared* in the chart (a trigger on a compound state is
+one edge from its cluster), not the exploded leaf table. With a trace, visited states
+are filled and carry their entry counts, taken edges are bold with counts, the state the
+run ended in is marked ``final`` (or ``current`` while it runs) and the state a failure
+happened in is red with the exception message. All functions here are pure.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import textwrap
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+
+import attrs
+
+from interlock.core.chart import Chart
+from interlock.core.errors import InterlockError
+from interlock.viz.trace import TraceSummary
+
+__all__ = ["FORMATS", "GraphvizError", "render", "state_ids", "to_dot", "to_mermaid"]
+
+FORMATS = ("mermaid", "dot", "svg", "png")
+
+_MERMAID_KEYWORDS = {"default", "state", "note", "class", "classdef", "scale", "direction", "end", "hide", "root"}
+_MERMAID_SPECIAL = set('#";:<>%{}&`\\')
+_MARKDOWN_SPECIAL = set("*_[]|~")
+
+# overlay palette: (fill, border)
+_VISITED = ("#d8f0d8", "#2e7d32")
+_CLUSTER_VISITED = ("#f1faf1", "#2e7d32")
+_CURRENT = ("#fff3c4", "#b26a00")
+_FAILED = ("#f8d0d0", "#c62828")
+_IDLE_EDGE = "#b0b0b0"
+_FAILURE_TRIGGERS = {"fail", "failed"}
+
+
+class GraphvizError(InterlockError, RuntimeError):
+    """Graphviz's ``dot`` is missing or could not render the chart."""
+
+
+# -- ids and text -----------------------------------------------------------------
+def state_ids(chart: Chart) -> dict[str, str]:
+    """A unique identifier per state path, safe in DOT and Mermaid (``fit.train`` -> ``fit__train``)."""
+    bases = {}
+    for path in chart.states:
+        base = re.sub(r"[^A-Za-z0-9_]", "_", path.replace(".", "__"))
+        bases[path] = f"s_{base}" if base.lower() in _MERMAID_KEYWORDS else base
+    # Mermaid names the [*] pseudo-states of composite X "X_start" / "X_end" (and "root_start").
+    reserved = {"root_start", "root_end"}
+    reserved |= {f"{bases[p]}_{kind}" for p, s in chart.states.items() if s.children for kind in ("start", "end")}
+    ids: dict[str, str] = {}
+    for path, base in bases.items():
+        candidate, n = base, 1
+        while candidate in reserved:
+            n += 1
+            candidate = f"{base}_{n}"
+        ids[path] = candidate
+        reserved.add(candidate)
+    return ids
+
+
+def _short(path: str) -> str:
+    return path.rsplit(".", 1)[-1]
+
+
+def _wrap(message: str, width: int = 48, max_lines: int = 6) -> list[str]:
+    """Wrap an error message for a label: at most ``max_lines`` lines of ``width``."""
+    lines = [part for raw in message.splitlines() or [""] for part in textwrap.wrap(raw, width) or [""]]
+    if len(lines) > max_lines:
+        lines = [*lines[: max_lines - 1], lines[max_lines - 1][: width - 1] + "…"]
+    return lines
+
+
+def _dot_str(text: str) -> str:
+    """A DOT double-quoted string; newlines become centred line breaks."""
+    text = text.replace("\\", "\\\\").replace('"', '\\"').replace("\r", "")
+    return '"' + text.replace("\n", "\\n") + '"'
+
+
+def _mm_text(text: str, markdown: bool = False) -> str:
+    """Mermaid label text: syntax characters as ``#NN;`` entity codes, newlines as ``<br>``."""
+    special = _MERMAID_SPECIAL | _MARKDOWN_SPECIAL if markdown else _MERMAID_SPECIAL
+    out = []
+    for ch in text.replace("\r", ""):
+        if ch == "\n":
+            out.append("<br>")
+        elif ch in special:
+            out.append(f"#{ord(ch)};")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _times(n: int) -> str:
+    return f" \N{MULTIPLICATION SIGN}{n}" if n else ""
+
+
+# -- the overlay ------------------------------------------------------------------
+@attrs.frozen
+class _Overlay:
+    """A trace mapped onto the chart's states and declared edges."""
+
+    visits: Counter[str]
+    edges: Counter[tuple[str, str]]
+    last: str | None
+    final: bool
+    failed_in: str | None
+    error: str | None
+    unmatched: int
+    caption: str
+
+
+def _overlay(chart: Chart, trace: TraceSummary) -> _Overlay:
+    states = chart.states
+    visits: Counter[str] = Counter({s: n for s, n in trace.visits.items() if s in states})
+    edges: Counter[tuple[str, str]] = Counter()
+    unmatched = 0
+    for (source, trigger, dest), n in trace.transitions.items():
+        if source not in states or dest not in states:
+            unmatched += n
+            continue
+        declared = next((a for a in chart.ancestors(source) if trigger in states[a].on), None)
+        if declared is None:
+            unmatched += n
+            continue
+        edges[(declared, trigger)] += n
+        left = set(chart.ancestors(source))
+        for above in list(chart.ancestors(dest))[1:]:  # compound states entered from outside
+            if above not in left:
+                visits[above] += n
+    if trace.first_state in states:
+        for above in list(chart.ancestors(trace.first_state))[1:]:
+            visits[above] += 1
+    last = trace.last_state if trace.last_state in states else None
+    failed_in = trace.failed_in if trace.failed_in in states else None
+    if trace.events == 0:
+        caption = f"run {trace.path.parent.name}: no events yet"
+    elif trace.error is not None or failed_in is not None:
+        lines = (trace.error or "").strip().splitlines()
+        first_line = (lines[0] if len(lines[0]) <= 100 else lines[0][:99] + "…") if lines else "unknown error"
+        caption = f"run {trace.path.parent.name}: failed in {trace.failed_in}: {first_line}"
+    elif trace.is_final:
+        caption = f"run {trace.path.parent.name}: ended in {trace.last_state}"
+    else:
+        caption = f"run {trace.path.parent.name}: in progress at {trace.last_state}"
+    if trace.last_epoch is not None:
+        caption += f" (epoch {trace.last_epoch}, step {trace.last_global_step})"
+    caption += f", {trace.events} events"
+    if unmatched:
+        caption += f"; {unmatched} transitions are not in this chart"
+    return _Overlay(visits, edges, last, trace.is_final, failed_in, trace.error, unmatched, caption)
+
+
+def _note(ov: _Overlay | None, path: str) -> tuple[str, str | None]:
+    """The label suffix lines and the overlay class of a leaf state."""
+    if ov is None:
+        return "", None
+    if path == ov.failed_in:
+        message = "\n".join(_wrap(ov.error or "failed"))
+        return f"\n✗ {message}", "failure"
+    if path == ov.last:
+        return ("\n(final)", "final") if ov.final else ("\n(current)", "current")
+    return "", "visited" if ov.visits[path] else None
+
+
+def _scope(chart: Chart, source: str, target: str) -> str | None:
+    """The deepest state strictly above both ends of an edge (None: the top level)."""
+    above_source = list(chart.ancestors(source))[1:]
+    above_target = set(list(chart.ancestors(target))[1:])
+    return next((a for a in above_source if a in above_target), None)
+
+
+def _declared(chart: Chart) -> Iterator[tuple[str, str, str]]:
+    for spec in chart.states.values():
+        for trigger, target in spec.on.items():
+            yield spec.path, trigger, target
+
+
+def _children(chart: Chart, parent: str | None) -> list[str]:
+    if parent is not None:
+        return list(chart.states[parent].children)
+    return [p for p, s in chart.states.items() if s.parent is None]
+
+
+def _initial(chart: Chart, parent: str | None) -> str:
+    if parent is not None:
+        return chart.states[parent].initial  # type: ignore[return-value]
+    top = chart.initial
+    while chart.states[top].parent is not None:
+        top = chart.states[top].parent  # type: ignore[assignment]
+    return top
+
+
+# -- Mermaid ----------------------------------------------------------------------
+def to_mermaid(chart: Chart, trace: TraceSummary | None = None) -> str:
+    """The chart as a Mermaid ``stateDiagram-v2``; every state is declared exactly once."""
+    ids = state_ids(chart)
+    ov = _overlay(chart, trace) if trace is not None else None
+    edges: defaultdict[str | None, list[str]] = defaultdict(list)
+    for source, trigger, target in _declared(chart):
+        n = ov.edges[(source, trigger)] if ov else 0
+        edges[_scope(chart, source, target)].append(
+            f"{ids[source]} --> {ids[target]} : {_mm_text(trigger + _times(n))}"
+        )
+    classes: defaultdict[str, list[str]] = defaultdict(list)
+    out: list[str] = []
+    if ov is not None:
+        out += ["---", f"title: {json.dumps(ov.caption.splitlines()[0] if ov.caption else '')}", "---"]
+    out.append("stateDiagram-v2")
+
+    def scope(parent: str | None, depth: int) -> None:
+        pad = "    " * depth
+        children = _children(chart, parent)
+        for path in children:
+            count = _times(ov.visits[path]) if ov else ""
+            if chart.states[path].children:
+                out.append(f'{pad}state "{_mm_text(_short(path) + count)}" as {ids[path]} {{')
+                scope(path, depth + 1)
+                out.append(f"{pad}}}")
+                continue
+            suffix, cls = _note(ov, path)
+            label = _mm_text(_short(path) + count) + _mm_text(suffix, markdown=True)
+            out.append(f'{pad}state "{label}" as {ids[path]}')
+            if cls:
+                classes[cls].append(ids[path])
+        out.append(f"{pad}[*] --> {ids[_initial(chart, parent)]}")
+        out.extend(pad + line for line in edges[parent])
+        out.extend(f"{pad}{ids[p]} --> [*]" for p in children if chart.states[p].final)
+
+    scope(None, 1)
+    if ov is not None:
+        out += [
+            f"    classDef visited fill:{_VISITED[0]},stroke:{_VISITED[1]}",
+            f"    classDef final fill:{_VISITED[0]},stroke:{_VISITED[1]},stroke-width:4px",
+            f"    classDef current fill:{_CURRENT[0]},stroke:{_CURRENT[1]},stroke-width:3px",
+            f"    classDef failure fill:{_FAILED[0]},stroke:{_FAILED[1]},stroke-width:3px,color:#8e0000",
+        ]
+        out += [f"    class {','.join(members)} {cls}" for cls, members in classes.items()]
+    return "\n".join(out) + "\n"
+
+
+# -- Graphviz ---------------------------------------------------------------------
+def to_dot(chart: Chart, trace: TraceSummary | None = None) -> str:
+    """The chart as Graphviz DOT: compound states are nested ``cluster_`` subgraphs."""
+    ids = state_ids(chart)
+    ov = _overlay(chart, trace) if trace is not None else None
+    out = [
+        "digraph interlock {",
+        '  graph [compound=true, fontname="Helvetica", fontsize=11, nodesep=0.3, ranksep=0.35];',
+        '  node [shape=box, style="rounded", fontname="Helvetica", fontsize=10, height=0.3];',
+        '  edge [fontname="Helvetica", fontsize=9, arrowsize=0.7];',
+    ]
+    if ov is not None:
+        out.append(f"  label={_dot_str(ov.caption)}; labelloc=t;")
+
+    def marker(parent: str | None, kind: str) -> str:
+        return _dot_str(f"{ids[parent] if parent else 'root'}#{kind}")
+
+    def anchor(path: str) -> str:  # the node an edge to or from a cluster attaches to
+        return marker(path, "start") if chart.states[path].children else _dot_str(ids[path])
+
+    def inside(path: str, container: str) -> bool:
+        return path in chart.states and container in chart.ancestors(path)
+
+    def node(path: str, pad: str) -> str:
+        suffix, cls = _note(ov, path)
+        attrs_ = [f"label={_dot_str(_short(path) + (_times(ov.visits[path]) if ov else '') + suffix)}"]
+        if cls == "failure":
+            attrs_ += [f'style="rounded,filled,bold", fillcolor="{_FAILED[0]}", color="{_FAILED[1]}"']
+            attrs_.append('fontcolor="#8e0000"')
+        elif cls == "current":
+            attrs_ += [f'style="rounded,filled,bold", fillcolor="{_CURRENT[0]}", color="{_CURRENT[1]}", penwidth=2']
+        elif cls in ("visited", "final"):
+            attrs_ += [f'style="rounded,filled", fillcolor="{_VISITED[0]}", color="{_VISITED[1]}"']
+        if cls == "final":
+            attrs_.append("peripheries=2, penwidth=2")
+        return f"{pad}{_dot_str(ids[path])} [{', '.join(attrs_)}];"
+
+    def scope(parent: str | None, depth: int) -> None:
+        pad = "  " * depth
+        children = _children(chart, parent)
+        out.append(f'{pad}{marker(parent, "start")} [shape=point, width=0.12, label=""];')
+        if any(chart.states[p].final for p in children):
+            out.append(
+                f'{pad}{marker(parent, "end")} [shape=doublecircle, width=0.06, label="", style=filled, '
+                "fillcolor=black];"
+            )
+        for path in children:
+            if not chart.states[path].children:
+                out.append(node(path, pad))
+                continue
+            n = ov.visits[path] if ov else 0
+            out.append(f"{pad}subgraph {_dot_str('cluster_' + ids[path])} {{")
+            out.append(f"{pad}  label={_dot_str(_short(path) + _times(n))};")
+            fill, border = _CLUSTER_VISITED
+            out.append(
+                f'{pad}  style="rounded,filled"; fillcolor="{fill}"; color="{border}";'
+                if n
+                else f"{pad}  style=rounded; color=gray60;"
+            )
+            scope(path, depth + 1)
+            out.append(f"{pad}}}")
+
+    def edge(tail: str, head: str, tail_node: str, head_node: str, extra: list[str]) -> str:
+        attrs_ = list(extra)
+        if tail in chart.states and chart.states[tail].children and not inside(head, tail):
+            attrs_.append(f"ltail={_dot_str('cluster_' + ids[tail])}")
+        if head in chart.states and chart.states[head].children and not inside(tail, head):
+            attrs_.append(f"lhead={_dot_str('cluster_' + ids[head])}")
+        return f"  {tail_node} -> {head_node}" + (f" [{', '.join(attrs_)}];" if attrs_ else ";")
+
+    scope(None, 1)
+    for parent in [None, *(p for p, s in chart.states.items() if s.children)]:
+        first = _initial(chart, parent)
+        out.append(edge("", first, marker(parent, "start"), anchor(first), []))
+        for path in _children(chart, parent):
+            if chart.states[path].final:
+                out.append(edge(path, "", anchor(path), marker(parent, "end"), []))
+    for source, trigger, target in _declared(chart):
+        extra = []
+        n = ov.edges[(source, trigger)] if ov else 0
+        extra.append(f"label={_dot_str(' ' + trigger + _times(n))}")
+        if ov is not None and n:
+            color = _FAILED[1] if trigger in _FAILURE_TRIGGERS else _VISITED[1]
+            extra.append(f'penwidth=2.2, color="{color}", fontcolor="{color}"')
+        elif ov is not None:
+            extra.append(f'color="{_IDLE_EDGE}", fontcolor="{_IDLE_EDGE}"')
+        out.append(edge(source, target, anchor(source), anchor(target), extra))
+    out.append("}")
+    return "\n".join(out) + "\n"
+
+
+def _graphviz(dot: str, fmt: str) -> bytes:
+    exe = shutil.which("dot")
+    if exe is None:
+        raise GraphvizError(
+            f"--format {fmt} needs Graphviz's `dot` program, which is not on PATH; install Graphviz "
+            "(Debian/Ubuntu: `apt-get install graphviz`, macOS: `brew install graphviz`) "
+            "or use --format mermaid or --format dot"
+        )
+    try:
+        done = subprocess.run([exe, f"-T{fmt}"], input=dot.encode(), capture_output=True, timeout=120, check=False)
+    except subprocess.TimeoutExpired:
+        raise GraphvizError(f"`{exe} -T{fmt}` took over 120 s; use --format dot and render it yourself") from None
+    if done.returncode != 0:
+        detail = done.stderr.decode(errors="replace").strip()
+        raise GraphvizError(f"`{exe} -T{fmt}` failed with exit code {done.returncode}: {detail}")
+    return done.stdout
+
+
+def render(chart: Chart, fmt: str, trace: TraceSummary | None = None) -> str | bytes:
+    """The chart in ``fmt``: ``mermaid`` / ``dot`` text, or ``svg`` / ``png`` bytes (needs Graphviz)."""
+    if fmt == "mermaid":
+        return to_mermaid(chart, trace)
+    if fmt == "dot":
+        return to_dot(chart, trace)
+    if fmt in ("svg", "png"):
+        return _graphviz(to_dot(chart, trace), fmt)
+    raise ValueError(f"unknown chart format {fmt!r}; use one of: {', '.join(FORMATS)}")

@@ -1,0 +1,143 @@
+"""Read a run's ``events.jsonl`` (written by the EventTrace listener) into a summary.
+
+Each line is one transition: ``{"time", "event" (the leaf entered), "trigger",
+"source" (the leaf left), "epoch", "global_step", "batch_idx", "count"}``. A failed
+run also carries ``"error": "Type: message"`` on its ``teardown`` (via ``fail``) and
+``failed`` lines. A run still writing may leave a partial last line; it is ignored.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from interlock.core.chart import Chart, load_chart
+from interlock.core.errors import InterlockError
+
+__all__ = ["TRACE_FILE", "TraceError", "TraceSummary", "read_trace"]
+
+TRACE_FILE = "events.jsonl"
+_REQUIRED = ("event", "trigger", "source")
+
+
+class TraceError(InterlockError, ValueError):
+    """An events trace is missing or malformed."""
+
+
+@attrs.frozen
+class TraceSummary:
+    """What a run's trace says: where it went, how often, and how it ended."""
+
+    path: Path
+    events: int
+    visits: Mapping[str, int]
+    """Entries per leaf state; the state the trace starts in counts once."""
+    transitions: Mapping[tuple[str, str, str], int]
+    """Times each ``(source, trigger, dest)`` leaf transition was taken."""
+    first_state: str | None
+    last_state: str | None
+    is_final: bool
+    """The last state entered is a final state of the chart (the run ended)."""
+    error: str | None = None
+    failed_in: str | None = None
+    """The state the failure happened in (the source of the ``fail`` trigger)."""
+    last_epoch: int | None = None
+    last_global_step: int | None = None
+    truncated: bool = False
+    """A partial last line (a run still writing) was ignored."""
+
+    @property
+    def in_progress(self) -> bool:
+        return not self.is_final
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+
+def _trace_file(path: str | Path) -> Path:
+    path = Path(path)
+    if path.is_dir():
+        file = path / TRACE_FILE
+        if not file.is_file():
+            raise TraceError(
+                f"no {TRACE_FILE} in run directory {str(path)!r}; pass a run directory written with the "
+                f"EventTrace listener enabled, or the path of an {TRACE_FILE} file"
+            )
+        return file
+    if not path.is_file():
+        raise TraceError(f"trace path {str(path)!r} does not exist; pass a run directory or its {TRACE_FILE}")
+    return path
+
+
+def _parse(line: str, file: Path, lineno: int) -> dict[str, Any]:
+    record = json.loads(line)
+    if not isinstance(record, dict):
+        raise TraceError(f"{file}:{lineno}: expected a JSON object per line, got {type(record).__name__}")
+    missing = [k for k in _REQUIRED if not isinstance(record.get(k), str)]
+    if missing:
+        raise TraceError(f"{file}:{lineno}: event record lacks string field(s) {missing}: {line.strip()[:200]}")
+    return record
+
+
+def read_trace(path: str | Path, chart: Chart | None = None) -> TraceSummary:
+    """Summarise the trace in run directory ``path`` (or the ``events.jsonl`` file itself).
+
+    ``chart`` decides which states are final; the built-in lifecycle when None. When the
+    trace holds several runs (a final state left by ``setup``), ``error`` and ``failed_in``
+    describe the last run only; the counts cover them all.
+    """
+    file = _trace_file(path)
+    finals = (chart if chart is not None else load_chart()).final_states
+    visits: Counter[str] = Counter()
+    transitions: Counter[tuple[str, str, str]] = Counter()
+    first = last = error = failed_in = prev_trigger = None
+    epoch = step = None
+    events = 0
+    pending: tuple[int, str] | None = None  # an unparsable line: fine only if it is the last one
+    with file.open(encoding="utf-8", errors="replace") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            if pending is not None:
+                raise TraceError(f"{pending[1]}; only the last line of a trace may be incomplete")
+            try:
+                record = _parse(line, file, lineno)
+            except json.JSONDecodeError as exc:
+                pending = (lineno, f"{file}:{lineno}: not valid JSON ({exc.msg})")
+                continue
+            events += 1
+            source, trigger, dest = record["source"], record["trigger"], record["event"]
+            if first is None:
+                first = source
+                visits[source] += 1
+            visits[dest] += 1
+            transitions[(source, trigger, dest)] += 1
+            last = dest
+            epoch, step = record.get("epoch", epoch), record.get("global_step", step)
+            if source in finals:  # a new run starts in the same trace: its outcome is what counts
+                error = failed_in = None
+            if trigger == "fail" or (record.get("error") is not None and prev_trigger != "fail"):
+                failed_in = source
+            if record.get("error") is not None:
+                error = str(record["error"])
+            prev_trigger = trigger
+    return TraceSummary(
+        path=file,
+        events=events,
+        visits=dict(visits),
+        transitions=dict(transitions),
+        first_state=first,
+        last_state=last,
+        is_final=last in finals,
+        error=error,
+        failed_in=failed_in,
+        last_epoch=epoch,
+        last_global_step=step,
+        truncated=pending is not None,
+    )
