@@ -19,6 +19,7 @@ from interlock.connectors.optim import Scheduler
 from interlock.connectors.rng import get_rng_states
 from interlock.core.errors import CheckpointError
 from interlock.core.state import TrainerState
+from interlock.plugins.strategy import Strategy
 
 __all__ = ["CHECKPOINT_FORMAT", "check_fits", "dump", "restore"]
 
@@ -32,16 +33,22 @@ def dump(
     schedulers: Sequence[Scheduler],
     precision_state: Mapping[str, Any],
     data_state: Any = None,
+    strategy: Strategy | None = None,
 ) -> dict[str, Any]:
-    """Everything needed to continue the run, as plain data and tensors."""
+    """Everything needed to continue the run, as plain data and tensors.
+
+    ``strategy`` gathers the model and optimizer state (full, even when sharded);
+    with it this is a collective call: every rank must make it.
+    """
+    strategy = strategy if strategy is not None else Strategy()
     state_dict = state.to_dict()
     if data_state is not None:
         state_dict["data"] = {**state_dict["data"], "dataset": data_state}
     return {
         "format": CHECKPOINT_FORMAT,
         "state": state_dict,
-        "model": module.state_dict(),
-        "optimizers": [o.state_dict() for o in optimizers],
+        "model": strategy.model_state_dict(module),
+        "optimizers": [strategy.optimizer_state_dict(module, o) for o in optimizers],
         "schedulers": [s.scheduler.state_dict() for s in schedulers],
         "precision": dict(precision_state),
         "rng": get_rng_states(),
@@ -80,8 +87,10 @@ def restore(
     optimizers: Sequence[torch.optim.Optimizer],
     schedulers: Sequence[Scheduler],
     source: str,
+    strategy: Strategy | None = None,
 ) -> TrainerState:
-    """Load weights, optimizer and scheduler states in place; return the saved state."""
+    """Load weights, optimizer and scheduler states in place (through ``strategy``); return the saved state."""
+    strategy = strategy if strategy is not None else Strategy()
     check_fits(ckpt, module, source)
     try:
         state = TrainerState.from_dict(ckpt["state"])
@@ -97,9 +106,9 @@ def restore(
             f"{source} has {len(ckpt.get('schedulers', []))} LR scheduler state(s) but configure_optimizers() "
             f"returned {len(schedulers)}"
         )
-    module.load_state_dict(ckpt["model"])
+    strategy.load_model_state_dict(module, ckpt["model"])
     for optimizer, saved in zip(optimizers, ckpt.get("optimizers", []), strict=False):
-        optimizer.load_state_dict(saved)
+        strategy.load_optimizer_state_dict(module, optimizer, saved)
     for sched, saved in zip(schedulers, ckpt.get("schedulers", []), strict=False):
         sched.scheduler.load_state_dict(saved)
     return state

@@ -96,9 +96,17 @@ def prepare_loader(loader: Iterable[Any], num_replicas: int = 1, rank: int = 0) 
     return _rebuild(loader, PositionSampler(size, isinstance(sampler, RandomSampler), num_replicas, rank))
 
 
+def _length(loader: Iterable[Any]) -> int | None:
+    """``len(loader)``, or ``None`` when it has none (a DataLoader over an IterableDataset may raise)."""
+    try:
+        return len(loader)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+
+
 def num_batches(loader: Iterable[Any], limit: int | float | None) -> int | None:
     """How many batches a loop takes from ``loader`` (``None``: until exhausted)."""
-    length = len(loader) if isinstance(loader, Sized) else None
+    length = _length(loader)
     if limit is None:
         return length
     if isinstance(limit, float):
@@ -122,6 +130,9 @@ class EpochData:
         if not isinstance(self.sampler, PositionSampler):
             self.sampler = None
         self.dataset = getattr(loader, "dataset", None)
+        #: What the latest training step returned (the epoch's train metrics come from it); a
+        #: checkpoint stores its scalars so an epoch resumed mid-way logs the same metrics.
+        self.last_outputs: Any = None
 
     @property
     def seed(self) -> int | None:

@@ -14,13 +14,14 @@ resumes it exactly.
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 import torch
 
 from interlock.connectors.data import num_batches
 from interlock.connectors.metrics import batch_size, scalars
-from interlock.loops.context import RunContext
+from interlock.loops.context import Preempted, RunContext
 from interlock.loops.driver import Driver
 
 __all__ = ["TRIGGERS", "run_eval"]
@@ -61,9 +62,14 @@ def run_eval(drv: Driver, ctx: RunContext, loop: str) -> dict[str, float]:
         fire("exhausted")
 
     result: dict[str, float] = {}
+    preemptible = loop == "fit.train.val" and ctx.preemption is not None
     try:
         with torch.no_grad():
+            if drv.at == f"{loop}.end":  # resumed after the loop had finished: nothing left to run
+                _restore_rng(ctx)
+                return result
             if drv.at == f"{loop}.start":
+                _restore_rng(ctx)  # resumed at <loop>.start: the iterator draws from the restored RNG
                 drv.evolve(eval_sums={})
                 if limit == 0:
                     finish()
@@ -93,6 +99,8 @@ def run_eval(drv: Driver, ctx: RunContext, loop: str) -> dict[str, float]:
                 else:
                     _accumulate(drv, outputs, prefix, batch_size(batch))
                 fire("stepped", {"outputs": outputs, "batch_idx": idx})
+                if preemptible:
+                    _check_preemption(ctx)
                 if limit is not None and drv.counters.eval_batch_idx >= limit:
                     finish()
                 else:
@@ -116,6 +124,21 @@ def _accumulate(drv: Driver, outputs: Any, prefix: str, n: int) -> None:
 def _means(sums: Any) -> dict[str, float]:
     count = sums.get("__count__", 0.0)
     return {k: v / count for k, v in sums.items() if k != "__count__"} if count else {}
+
+
+def _check_preemption(ctx: RunContext) -> None:
+    """After a preemption signal: save at this batch boundary, then raise :class:`Preempted`.
+
+    Called at the checkpointable boundaries of the fit stage (training and validation
+    batch ends, epoch end); the signal handler itself only recorded the signal.
+    """
+    flag = ctx.preemption
+    if flag is None:
+        return
+    received = flag.received is not None
+    if ctx.agree(received) if ctx.agree is not None else received:
+        ctx.request_preemption_save()
+        raise Preempted(flag.received or int(signal.SIGTERM))
 
 
 def _restore_rng(ctx: RunContext) -> None:

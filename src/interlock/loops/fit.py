@@ -21,9 +21,9 @@ import torch
 from interlock.connectors.data import EpochData, num_batches
 from interlock.connectors.metrics import loss_of, scalars
 from interlock.connectors.optim import step_schedulers
-from interlock.loops.context import Preempted, RunContext
+from interlock.loops.context import RunContext
 from interlock.loops.driver import Driver
-from interlock.loops.evaluation import _restore_rng, run_eval
+from interlock.loops.evaluation import _check_preemption, _restore_rng, run_eval
 
 __all__ = ["TRIGGERS", "run_fit"]
 
@@ -41,7 +41,6 @@ class _Epoch:
         self.limit = limit
         self.it: Any = None
         self.exhausted = False
-        self.last_outputs: Any = None
 
 
 def run_fit(drv: Driver, ctx: RunContext) -> None:
@@ -85,10 +84,18 @@ def run_fit(drv: Driver, ctx: RunContext) -> None:
 
 
 def _reenter_epoch(drv: Driver, ctx: RunContext, epoch: _Epoch) -> None:
-    """Re-open the training iterator at the saved position (resume)."""
+    """Re-open the training iterator at the saved position (resume).
+
+    Also brings back what the epoch had seen: whether its data ran out, and the
+    scalars of its latest step (the epoch's train metrics), which a checkpoint
+    stores beside the data position.
+    """
+    data = drv.state.data
     epoch.data.set_epoch(drv.counters.epoch)
-    seed = drv.state.data.get("seed")
-    epoch.it = epoch.data.iterate(drv.counters.batch_idx, seed, drv.state.data.get("dataset"))
+    epoch.it = epoch.data.iterate(drv.counters.batch_idx, data.get("seed"), data.get("dataset"))
+    epoch.exhausted = bool(data.get("exhausted"))
+    epoch.data.last_outputs = data.get("last_train")
+    drv.evolve(data={k: v for k, v in data.items() if k not in ("dataset", "last_train")})
 
 
 def _epoch_over(drv: Driver, epoch: _Epoch) -> bool:
@@ -120,19 +127,9 @@ def _val_due(drv: Driver, ctx: RunContext, epoch: _Epoch, at_epoch_end: bool, ba
     return drv.counters.batch_idx % interval == 0 if every is not None else drv.counters.train_batches % interval == 0
 
 
-def _check_preemption(drv: Driver, ctx: RunContext) -> None:
-    flag = ctx.preemption
-    if flag is None:
-        return
-    received = flag.received is not None
-    if ctx.agree(received) if ctx.agree is not None else received:
-        ctx.request_preemption_save()
-        raise Preempted(flag.received or 15)
-
-
 def _after_batch(drv: Driver, ctx: RunContext, epoch: _Epoch) -> None:
     """Leave ``batch.end``: next batch, validation, or the end of the epoch."""
-    _check_preemption(drv, ctx)
+    _check_preemption(ctx)
     over = _epoch_over(drv, epoch)
     stopping = _stopping(drv, ctx)
     if _val_due(drv, ctx, epoch, at_epoch_end=over):
@@ -159,6 +156,7 @@ def _batches(drv: Driver, ctx: RunContext, epoch: _Epoch) -> None:
             batch = next(it)
         except StopIteration:
             epoch.exhausted = True
+            drv.evolve(data={**drv.state.data, "exhausted": True})
             if _val_due(drv, ctx, epoch, at_epoch_end=True, batch_done=False):
                 fire("validate")
             else:
@@ -173,6 +171,7 @@ def _batches(drv: Driver, ctx: RunContext, epoch: _Epoch) -> None:
         with precision.autocast(device_type):
             outputs = training_step(batch, batch_idx)
         loss = loss_of(outputs)
+        epoch.data.last_outputs = outputs
         fire("backward", {"outputs": outputs, "batch_idx": batch_idx})
         precision.backward(loss / accumulate if accumulate > 1 else loss)
         if (batch_idx + 1) % accumulate == 0 or (limit is not None and batch_idx + 1 >= limit):
@@ -192,7 +191,6 @@ def _batches(drv: Driver, ctx: RunContext, epoch: _Epoch) -> None:
             fire("stepped", {"outputs": outputs, "batch_idx": batch_idx})
         else:
             fire("accumulate", {"outputs": outputs, "batch_idx": batch_idx})
-        epoch.last_outputs = outputs
         _after_batch(drv, ctx, epoch)
         if drv.at != "fit.train.batch.fetch":
             return
@@ -200,15 +198,15 @@ def _batches(drv: Driver, ctx: RunContext, epoch: _Epoch) -> None:
 
 def _end_epoch(drv: Driver, ctx: RunContext, epoch: _Epoch, via: str = "epoch_end") -> None:
     """Record the epoch's training metrics, then enter ``epoch_end``."""
-    if epoch.last_outputs is not None:
-        metrics = ctx.reduce_metrics(scalars(epoch.last_outputs, "train"))
+    if epoch.data.last_outputs is not None:
+        metrics = ctx.reduce_metrics(scalars(epoch.data.last_outputs, "train"))
         drv.log(metrics, stage="train", epoch=drv.counters.epoch, global_step=drv.counters.global_step)
     drv.fire(via)
 
 
 def _leave_epoch(drv: Driver, ctx: RunContext) -> None:
     """Leave ``epoch_end``: step epoch schedulers, then the next epoch or the end."""
-    _check_preemption(drv, ctx)
+    _check_preemption(ctx)
     epochs = ctx.config.epochs
     if ctx.schedulers:
         step_schedulers(ctx.schedulers, "epoch", drv.counters.epoch + 1, drv.state.metrics)

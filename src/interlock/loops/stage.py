@@ -34,8 +34,8 @@ def run_stage(
 ) -> T:
     """Drive ``stage`` through the chart around ``body``; return what it returns."""
     drv.evolve(stage=stage, status="running", should_stop=False, stop_reason="")
-    drv.fire("setup")
     try:
+        drv.fire("setup")
         setup()
         drv.fire(stage)
         result = body()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -93,7 +94,7 @@ class Session:
         return ckpt
 
     def _restore(self, ckpt: dict[str, Any], ctx: RunContext, source: str) -> None:
-        state = ckpt_connector.restore(ckpt, ctx.module, ctx.optimizers, ctx.schedulers, source)
+        state = ckpt_connector.restore(ckpt, ctx.module, ctx.optimizers, ctx.schedulers, source, self.hardware.strategy)
         self.hardware.precision.load_state_dict(ckpt.get("precision", {}))
         ctx.rng_to_restore = ckpt.get("rng")
         chart = state.chart
@@ -110,6 +111,7 @@ class Session:
             ctx.schedulers,
             self.hardware.precision.state_dict(),
             train.data_state() if train is not None else None,
+            self.hardware.strategy,
         )
         strategy = self.hardware.strategy
         if strategy.is_global_zero:
@@ -128,10 +130,15 @@ class Session:
         loaded: dict[str, Any] = {}
 
         def setup() -> None:
+            _require(
+                module, ["training_step", "configure_optimizers"] + (["validation_step"] if val is not None else [])
+            )
             if self.seed is not None:
                 seed_everything(self.seed)
             self.runtime.evolve(seed=self.seed, run_dir=str(self.run_dir))
             self._setup_module(ctx, fit=True)
+            if self.hardware.strategy.is_global_zero:
+                print(self.hardware.describe(), file=sys.stderr)
             if ckpt_path is not None:
                 loaded["ckpt"] = self._load(ckpt_path, ctx)
             flag.install()
@@ -149,11 +156,12 @@ class Session:
         ctx = self.context(module, {key: loader})
 
         def setup() -> None:
+            _require(module, [] if stage == "predict" else [f"{'validation' if stage == 'validate' else stage}_step"])
             self.runtime.evolve(run_dir=str(self.run_dir))
             self._setup_module(ctx, fit=False)
             if ckpt_path is not None:
                 ckpt = self._load(ckpt_path, ctx)
-                ctx.module.load_state_dict(ckpt["model"])
+                self.hardware.strategy.load_model_state_dict(ctx.module, ckpt["model"])
 
         def body() -> Any:
             metrics = run_eval(self.runtime, ctx, stage)
@@ -168,6 +176,13 @@ class Session:
         self.runtime.effects.clear()
         self.hardware.strategy.teardown()
         self.hardware.accelerator.teardown()
+
+
+def _require(module: Module, methods: list[str]) -> None:
+    """Raise before anything runs when the module lacks a method the stage needs."""
+    for name in methods:
+        if getattr(type(module), name) is getattr(Module, name):
+            getattr(module, name)(*([None, 0] if name.endswith("_step") else []))
 
 
 def _set_lr(ctx: RunContext, update: SetLearningRate) -> None:

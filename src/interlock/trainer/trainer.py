@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +115,24 @@ class Trainer:
     def _session(self) -> Session:
         return Session(self.runtime, self.config, self.hardware, self.root, self.run_dir, self.seed)
 
+    def _launch(self, module: Module, call: Callable[[Session], Any]) -> Any:
+        """Run ``call`` through the strategy's launcher.
+
+        A launcher that starts new processes sends rank 0's result, state and
+        weights back, so ``module`` and ``self.state`` end as the run did.
+        """
+        session, strategy = self._session(), self.hardware.strategy
+        if not strategy.launches_processes:
+            return strategy.launch(call, session)
+
+        def child() -> tuple[Any, dict[str, Any], dict[str, Any]]:
+            return call(session), self.runtime.state.to_dict(), module.state_dict()
+
+        result, state, weights = strategy.launch(child)
+        module.load_state_dict(weights)
+        self.runtime.restore(TrainerState.from_dict(state))
+        return result
+
     # -- entry points -----------------------------------------------------------------
     def fit(
         self,
@@ -124,19 +142,21 @@ class Trainer:
         ckpt_path: str | os.PathLike[str] | None = None,
     ) -> dict[str, float]:
         """Train; return the latest metrics. ``ckpt_path`` (a file or ``"last"``) resumes exactly."""
-        return self._session().fit(module, train_dataloaders, val_dataloaders, ckpt_path)
+        return self._launch(  # type: ignore[no-any-return]
+            module, lambda s: s.fit(module, train_dataloaders, val_dataloaders, ckpt_path)
+        )
 
     def validate(self, module: Module, dataloaders: Iterable[Any], ckpt_path: Any = None) -> dict[str, float]:
         """Run the validation loop once; return its metrics."""
-        return self._session().evaluate("validate", module, dataloaders, ckpt_path)  # type: ignore[no-any-return]
+        return self._launch(module, lambda s: s.evaluate("validate", module, dataloaders, ckpt_path))  # type: ignore[no-any-return]
 
     def test(self, module: Module, dataloaders: Iterable[Any], ckpt_path: Any = None) -> dict[str, float]:
         """Run the test loop once; return its metrics."""
-        return self._session().evaluate("test", module, dataloaders, ckpt_path)  # type: ignore[no-any-return]
+        return self._launch(module, lambda s: s.evaluate("test", module, dataloaders, ckpt_path))  # type: ignore[no-any-return]
 
     def predict(self, module: Module, dataloaders: Iterable[Any], ckpt_path: Any = None) -> list[Any]:
         """Run the predict loop; return what ``predict_step`` returned for each batch."""
-        return self._session().evaluate("predict", module, dataloaders, ckpt_path)  # type: ignore[no-any-return]
+        return self._launch(module, lambda s: s.evaluate("predict", module, dataloaders, ckpt_path))  # type: ignore[no-any-return]
 
     # -- debugging --------------------------------------------------------------------
     def chart(self, format: str = "mermaid", trace: str | os.PathLike[str] | None = None) -> str | bytes:

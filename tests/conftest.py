@@ -1,0 +1,69 @@
+"""Shared fixtures: a tiny model and data that train in milliseconds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import interlock
+
+
+class TinyModule(interlock.Module):
+    """A 4 -> 8 -> 2 MLP with dropout; returns loss (and acc in evaluation)."""
+
+    def __init__(self, lr: float = 0.1, dropout: float = 0.0, scheduler: bool = False) -> None:
+        super().__init__()
+        self.lr, self.scheduler = lr, scheduler
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Dropout(dropout), torch.nn.Linear(8, 2)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self(x), y)
+
+    def validation_step(self, batch: Any, batch_idx: int) -> dict[str, torch.Tensor]:
+        x, y = batch
+        out = self(x)
+        return {"loss": torch.nn.functional.cross_entropy(out, y), "acc": (out.argmax(1) == y).float().mean()}
+
+    test_step = validation_step
+
+    def configure_optimizers(self) -> Any:
+        opt = torch.optim.SGD(self.parameters(), lr=self.lr, momentum=0.9)
+        if not self.scheduler:
+            return opt
+        return {"optimizer": opt, "lr_scheduler": torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)}
+
+
+def make_data(n: int = 64, seed: int = 0) -> TensorDataset:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 4, generator=g)
+    return TensorDataset(x, (x[:, 0] + x[:, 1] > 0).long())
+
+
+def loader(n: int = 64, batch_size: int = 16, shuffle: bool = False, seed: int = 0) -> DataLoader[Any]:
+    return DataLoader(make_data(n, seed), batch_size=batch_size, shuffle=shuffle)
+
+
+@pytest.fixture
+def tiny() -> TinyModule:
+    torch.manual_seed(0)
+    return TinyModule()
+
+
+@pytest.fixture
+def trainer_factory(tmp_path: Any) -> Any:
+    def make(**kwargs: Any) -> interlock.Trainer:
+        kwargs.setdefault("listeners", [])
+        kwargs.setdefault("default_root_dir", tmp_path)
+        kwargs.setdefault("accelerator", "cpu")
+        return interlock.Trainer(**kwargs)
+
+    return make

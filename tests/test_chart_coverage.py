@@ -1,0 +1,107 @@
+"""Every transition taken by real runs is in the chart, and every chart transition is taken by some run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import torch
+from conftest import TinyModule, loader
+from torch.utils.data import IterableDataset
+
+import interlock
+from interlock.core.chart import Transition
+
+CHART = interlock.load_chart()
+ALL = set(CHART.transitions())
+STAGE_OF = {"fit": "fit", "validate": "validate", "test": "test", "predict": "predict", "setup": "fit"}
+
+
+class Stream(IterableDataset):  # type: ignore[type-arg]
+    """An iterable dataset without a length: the loop learns the epoch ended at fetch."""
+
+    def __iter__(self) -> Iterator[Any]:
+        data = loader(16, 1).dataset
+        for i in range(len(data)):  # type: ignore[arg-type]
+            yield data[i]
+
+
+def run(
+    setup: Callable[[interlock.Trainer], None], stage: str = "fit", tmp: Any = None, **flags: Any
+) -> set[Transition]:
+    """Run one scenario with the runtime's trace on; return the transitions it took."""
+    flags = {"max_epochs": 1, "listeners": [], "default_root_dir": tmp, "num_sanity_val_steps": 1, **flags}
+    train = flags.pop("_train", None)
+    other = flags.pop("_other", None)
+    trainer = interlock.Trainer(**flags)
+    trainer.runtime.trace = []
+    setup(trainer)
+    module = TinyModule()
+    try:
+        if stage == "fit":
+            trainer.fit(module, loader(32, 8) if train is None else train, loader(16, 8) if other is None else other)
+        elif stage == "predict":
+            trainer.predict(module, loader(16, 8) if other is None else other)
+        else:
+            getattr(trainer, stage)(module, loader(16, 8) if other is None else other)
+    except (RuntimeError, KeyboardInterrupt):
+        pass
+    taken = {Transition(*t) for t in trainer.runtime.trace}
+    assert taken <= ALL, taken - ALL
+    return taken
+
+
+def raiser(exc: BaseException) -> Callable[[Any], None]:
+    def handler(event: Any) -> None:
+        raise exc
+
+    return handler
+
+
+def test_every_chart_transition_is_exercised(tmp_path: Any) -> None:
+    """Normal runs, unsized data, empty loops, and failures/interrupts raised in every stage state cover the chart."""
+    taken: set[Transition] = set()
+    taken |= run(lambda t: None, tmp=tmp_path, accumulate_grad_batches=2, max_epochs=2)
+    for stage in ("validate", "test", "predict"):
+        taken |= run(lambda t: None, stage, tmp=tmp_path)
+        taken |= run(
+            lambda t: None, stage, tmp=tmp_path, limit_val_batches=0, limit_test_batches=0, limit_predict_batches=0
+        )
+    stream = torch.utils.data.DataLoader(Stream(), batch_size=4)
+    empty = loader(0, 8)
+    taken |= run(lambda t: None, tmp=tmp_path, _other=empty)  # sanity and val: start -> end directly
+    taken |= run(lambda t: None, tmp=tmp_path, _other=stream, num_sanity_val_steps=-1)  # ends at fetch
+    taken |= run(lambda t: None, tmp=tmp_path, num_sanity_val_steps=0, val_check_interval=2)  # val mid-epoch
+    taken |= run(lambda t: None, tmp=tmp_path, limit_val_batches=0)  # no validation: batch end -> epoch end
+    for stage in ("validate", "test", "predict"):
+        taken |= run(lambda t: None, stage, tmp=tmp_path, _other=stream)
+    taken |= run(lambda t: None, tmp=tmp_path, _train=stream)  # exhausted at fetch -> validate
+    taken |= run(lambda t: None, tmp=tmp_path, _train=stream, check_val_every_n_epoch=None, val_check_interval=100)
+    for leaf in CHART.leaves:
+        top = leaf.split(".")[0]
+        if top not in STAGE_OF:
+            continue
+        stage = "fit" if top == "setup" else top
+        for exc in (RuntimeError("boom"), KeyboardInterrupt()):
+            taken |= run(lambda t, leaf=leaf, exc=exc: t.on(leaf, raiser(exc), once=True), stage, tmp=tmp_path)
+    # rerunning a trainer after each final state leaves it through `setup`
+    for end in ("finished", "failed", "interrupted"):
+        trainer = interlock.Trainer(listeners=[], default_root_dir=tmp_path)
+        trainer.runtime.trace = []
+        if end != "finished":
+            trainer.on("validate.start", raiser(RuntimeError() if end == "failed" else KeyboardInterrupt()), once=True)
+        for _ in range(2):
+            try:
+                trainer.validate(TinyModule(), loader(16, 8))
+            except (RuntimeError, KeyboardInterrupt):
+                pass
+        taken |= {Transition(*t) for t in trainer.runtime.trace}
+    missing = sorted(ALL - taken, key=lambda t: (t.source, t.trigger))
+    assert not missing, "\n".join(f"{t.source} -{t.trigger}-> {t.dest}" for t in missing)
+
+
+@pytest.mark.parametrize("stage", ["validate", "test", "predict"])
+def test_evaluation_stages_take_only_chart_transitions(tmp_path: Any, stage: str) -> None:
+    """validate/test/predict runs take only transitions that the chart declares."""
+    assert run(lambda t: None, stage, tmp=tmp_path)

@@ -1,0 +1,224 @@
+"""Events: patterns, every/once filters, ordered delivery, listeners, laziness."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conftest import TinyModule, loader
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import interlock
+from interlock import Listener, LogMetrics, Stop, listen
+from interlock.core import events as events_module
+from interlock.core.events import EventBus, order_listeners
+
+NAMES = ("fit.train.batch.end", "fit.train.batch.fetch", "fit.train.epoch_end", "validate.batch.end")
+
+
+def test_pattern_is_a_glob_over_event_names() -> None:
+    """A glob selects every matching event name; `*` crosses dots."""
+    bus = EventBus(NAMES)
+    assert bus.match("fit.train.batch.*") == NAMES[:2]
+    assert bus.match("*.batch.end") == ("fit.train.batch.end", "validate.batch.end")
+    assert bus.match("fit.*") == NAMES[:3]
+
+
+def test_pattern_matching_nothing_is_an_error() -> None:
+    """A pattern with a typo raises, naming the pattern and pointing at the chart."""
+    with pytest.raises(ValueError, match=r"'fit.trian.\*' matches no event"):
+        EventBus(NAMES).on("fit.trian.*", lambda e: None)
+
+
+@pytest.mark.parametrize("kwargs", [{"every": 0}, {"every": -2}, {"every": True}, {"once": 0}, {"once": "x"}])
+def test_bad_filters_are_rejected(kwargs: dict[str, Any]) -> None:
+    """every= and once= must be positive ints (once may be True)."""
+    with pytest.raises(ValueError, match="every=|once="):
+        EventBus(NAMES).on("fit.*", lambda e: None, **kwargs)
+
+
+def test_every_and_once_together_is_an_error() -> None:
+    """A handler cannot filter with both every= and once=."""
+    with pytest.raises(ValueError, match="not both"):
+        EventBus(NAMES).on("fit.*", lambda e: None, every=2, once=True)
+
+
+def _fit(trainer: interlock.Trainer, **kw: Any) -> None:
+    trainer.fit(TinyModule(), loader(64, 8), **kw)
+
+
+@settings(max_examples=15, deadline=None)
+@given(every=st.integers(1, 9))
+def test_every_n_calls_on_each_nth_occurrence(tmp_path_factory: Any, every: int) -> None:
+    """every=N calls the handler on occurrences N, 2N, ... of the event."""
+    trainer = interlock.Trainer(max_epochs=2, listeners=[], default_root_dir=tmp_path_factory.mktemp("r"))
+    seen: list[int] = []
+    trainer.on("fit.train.batch.end", lambda e: seen.append(e.count), every=every)
+    _fit(trainer)
+    assert seen == [c for c in range(1, 17) if c % every == 0]
+
+
+def test_once_calls_only_on_the_chosen_occurrence(trainer_factory: Any) -> None:
+    """once=True handles the first occurrence only; once=k the k-th only."""
+    trainer = trainer_factory(max_epochs=2)
+    first: list[int] = []
+    third: list[int] = []
+    trainer.on("fit.train.batch.end", lambda e: first.append(e.global_step), once=True)
+    trainer.on("fit.train.batch.end", lambda e: third.append(e.global_step), once=3)
+    _fit(trainer)
+    assert first == [1] and third == [3]
+
+
+def test_decorator_form_registers_and_returns_the_function(trainer_factory: Any) -> None:
+    """`@trainer.on(pattern)` registers the function and leaves it usable."""
+    trainer = trainer_factory(max_epochs=1)
+    calls: list[str] = []
+
+    @trainer.on("fit.train.epoch_*")
+    def handler(event: interlock.Event, state: interlock.TrainerState) -> None:
+        calls.append(f"{event.name}@{state.chart}")
+
+    assert callable(handler)
+    _fit(trainer)
+    assert calls == ["fit.train.epoch_start@fit.train.epoch_start", "fit.train.epoch_end@fit.train.epoch_end"]
+
+
+def test_delivery_is_in_registration_order_with_listeners_first(trainer_factory: Any) -> None:
+    """Handlers of one event run in order: listeners (sorted by `after`), then trainer.on handlers."""
+    order: list[str] = []
+
+    class A(Listener):
+        after = ("B",)
+
+        @listen("fit.train.epoch_end")
+        def mark(self, event: Any) -> None:
+            order.append("A")
+
+    class B(Listener):
+        @listen("fit.train.epoch_end")
+        def mark(self, event: Any) -> None:
+            order.append("B")
+
+    trainer = trainer_factory(max_epochs=1, listeners=[A(), B()])
+    trainer.on("fit.train.epoch_end", lambda e: order.append("on1"))
+    trainer.on("fit.train.epoch_end", lambda e: order.append("on2"))
+    _fit(trainer)
+    assert order == ["B", "A", "on1", "on2"]
+    [(name, sources)] = trainer.subscribers()
+    assert name == "fit.train.epoch_end" and sources[:2] == ["B", "A"]
+    assert all(s.endswith("<lambda>") for s in sources[2:])
+
+
+def test_listener_ordering_errors_are_clear() -> None:
+    """Unknown `after` keys, duplicate keys and cycles are rejected with the keys named."""
+
+    class A(Listener):
+        after = ("Nope",)
+
+    with pytest.raises(ValueError, match=r"'A' runs after \['Nope'\]"):
+        order_listeners([A()])
+
+    class C(Listener):
+        pass
+
+    with pytest.raises(ValueError, match="share the state key"):
+        order_listeners([C(), C()])
+
+    class X(Listener):
+        after = ("Y",)
+
+    class Y(Listener):
+        after = ("X",)
+
+    with pytest.raises(ValueError, match="cycle"):
+        order_listeners([X(), Y()])
+
+
+def test_removed_subscription_no_longer_receives(trainer_factory: Any) -> None:
+    """Subscription.remove() stops delivery and disconnects the signal when nothing is left."""
+    trainer = trainer_factory(max_epochs=1)
+    seen: list[str] = []
+    sub = trainer.on("fit.train.batch.end", lambda e: seen.append(e.name))
+    sub.remove()
+    assert not trainer.bus.signals["fit.train.batch.end"].receivers
+    _fit(trainer)
+    assert seen == []
+
+
+def test_event_carries_counters_and_payload(trainer_factory: Any) -> None:
+    """A batch-end event carries source, trigger, counters and the step outputs."""
+    trainer = trainer_factory(max_epochs=1, accumulate_grad_batches=2)
+    events: list[interlock.Event] = []
+    trainer.on("fit.train.batch.end", events.append)
+    _fit(trainer)
+    assert [(e.source, e.trigger) for e in events[:2]] == [
+        ("fit.train.batch.backward", "accumulate"),
+        ("fit.train.batch.optimizer_step", "stepped"),
+    ]
+    assert [e.global_step for e in events] == [0, 1, 1, 2, 2, 3, 3, 4]
+    assert [e.batch_idx for e in events] == list(range(1, 9))
+    assert all(float(e.payload["outputs"].detach()) > 0 for e in events)
+
+
+def test_unlistened_events_build_no_event_object(trainer_factory: Any, monkeypatch: Any) -> None:
+    """With no handler, the runtime constructs no Event and no state snapshot during fit."""
+    built: list[str] = []
+    original = events_module.Event
+
+    class CountingEvent(original):  # type: ignore[misc, valid-type]
+        def __init__(self, *a: Any, **k: Any) -> None:
+            built.append(a[0])
+            super().__init__(*a, **k)
+
+    from interlock.trainer import runtime
+
+    monkeypatch.setattr(runtime, "Event", CountingEvent)
+    trainer = trainer_factory(max_epochs=1)
+    trainer.on("fit.train.epoch_end", lambda e: None)
+    _fit(trainer)
+    assert built == ["fit.train.epoch_end"]
+
+
+def test_handlers_return_updates_applied_by_the_trainer(trainer_factory: Any) -> None:
+    """A handler's LogMetrics lands in state.metrics; its Stop ends the run at the next boundary."""
+    trainer = trainer_factory(max_epochs=5)
+
+    def handler(event: interlock.Event, state: interlock.TrainerState) -> list[interlock.Update]:
+        if state.global_step == 3:
+            return [LogMetrics({"marker": 3.0}), Stop("enough")]
+        return []
+
+    trainer.on("fit.train.batch.end", handler)
+    _fit(trainer)
+    assert trainer.state.metrics["marker"] == 3.0
+    assert trainer.state.should_stop and trainer.state.stop_reason == "enough"
+    assert trainer.state.global_step == 3 and trainer.state.status == "finished"
+
+
+def test_handler_returning_garbage_fails_the_run_with_a_clear_error(trainer_factory: Any) -> None:
+    """A handler that returns a non-update raises TypeError naming the handler; the run ends failed."""
+    trainer = trainer_factory(max_epochs=1)
+
+    def bad(event: Any) -> Any:
+        return {"stop": True}
+
+    trainer.on("fit.train.epoch_end", bad)
+    with pytest.raises(TypeError, match="handler .*bad returned"):
+        _fit(trainer)
+    assert trainer.state.chart == "failed" and trainer.state.status == "failed"
+
+
+def test_raw_blinker_receivers_get_the_event_and_a_state_ref(trainer_factory: Any) -> None:
+    """Code may connect to the blinker signal directly; it receives the event and `state_ref`."""
+    trainer = trainer_factory(max_epochs=1)
+    got: list[tuple[str, int]] = []
+
+    def receiver(event: interlock.Event, state_ref: Any) -> interlock.Update:
+        got.append((event.name, state_ref().global_step))
+        return LogMetrics({"raw": 1.0})
+
+    trainer.bus.signals["fit.train.epoch_end"].connect(receiver, weak=False)
+    _fit(trainer)
+    assert got == [("fit.train.epoch_end", 8)]
+    assert trainer.state.metrics["raw"] == 1.0

@@ -1,0 +1,175 @@
+"""The trainer state: frozen, plain-data round trip; updates merge and reduce."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from interlock import (
+    ConflictingUpdates,
+    LogMetrics,
+    Progress,
+    RestoreState,
+    SaveCheckpoint,
+    SetLearningRate,
+    SetListenerState,
+    Stop,
+    TrainerState,
+)
+from interlock.core.updates import as_updates, merge, reduce
+
+names = st.text(st.characters(codec="utf-8", categories=["L", "N"]), min_size=1, max_size=8)
+floats = st.floats(allow_nan=False, allow_infinity=False, width=64)
+plain = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**40), 2**40) | floats | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(names, inner, max_size=3),
+    max_leaves=8,
+)
+counter = st.integers(0, 10**9)
+states = st.builds(
+    TrainerState,
+    chart=st.sampled_from(["idle", "fit.train.batch.end", "fit.train.val.batch.end", "finished"]),
+    stage=st.sampled_from(["", "fit", "validate", "test", "predict"]),
+    status=st.sampled_from(["idle", "running", "finished", "interrupted", "failed"]),
+    progress=st.builds(Progress, counter, counter, counter, counter, counter),
+    counts=st.dictionaries(names, counter, max_size=4),
+    should_stop=st.booleans(),
+    stop_reason=st.text(max_size=10),
+    metrics=st.dictionaries(names, floats, max_size=4),
+    best_metrics=st.dictionaries(names, floats, max_size=4),
+    history=st.lists(st.dictionaries(names, floats | st.integers(0, 99), max_size=3), max_size=3),
+    eval_sums=st.dictionaries(names, floats, max_size=3),
+    data=st.dictionaries(names, plain, max_size=3),
+    listeners=st.dictionaries(names, st.dictionaries(names, plain, max_size=3), max_size=3),
+    seed=st.none() | st.integers(0, 2**32 - 1),
+    run_dir=st.text(max_size=12),
+)
+
+
+@settings(max_examples=120, deadline=None)
+@given(states)
+def test_state_round_trips_through_plain_data(state: TrainerState) -> None:
+    """to_dict/from_dict is the identity, and to_dict holds only plain data."""
+    data = state.to_dict()
+
+    def is_plain(x: Any) -> bool:
+        if isinstance(x, dict):
+            return all(isinstance(k, str) and is_plain(v) for k, v in x.items())
+        if isinstance(x, list):
+            return all(is_plain(v) for v in x)
+        return x is None or isinstance(x, bool | int | float | str | torch.Tensor)
+
+    assert is_plain(data)
+    assert TrainerState.from_dict(data) == state
+
+
+def test_tensors_survive_the_round_trip() -> None:
+    """Tensors inside listener states are kept as tensors."""
+    state = TrainerState(listeners={"x": {"t": torch.arange(3)}})
+    back = TrainerState.from_dict(state.to_dict())
+    assert torch.equal(back.listeners["x"]["t"], torch.arange(3))
+
+
+def test_state_cannot_be_mutated() -> None:
+    """Assigning a field, a metric, a listener value or a history row fails."""
+    state = TrainerState(metrics={"a": 1.0}, listeners={"L": {"k": [1, 2]}}, history=[{"a": 1.0}])
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        state.should_stop = True  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        state.metrics["a"] = 2.0  # type: ignore[index]
+    with pytest.raises(TypeError):
+        state.listeners["L"]["k"] = 3  # type: ignore[index]
+    with pytest.raises(AttributeError):
+        state.listeners["L"]["k"].append(3)  # tuples have no append
+    with pytest.raises(TypeError):
+        state.history[0]["a"] = 0.0  # type: ignore[index]
+
+
+def test_from_dict_rejects_unknown_keys_and_newer_versions() -> None:
+    """Unknown keys and a newer state version are clear errors."""
+    with pytest.raises(ValueError, match=r"unknown trainer state keys \['bogus'\]"):
+        TrainerState.from_dict({**TrainerState().to_dict(), "bogus": 1})
+    with pytest.raises(ValueError, match="newer"):
+        TrainerState.from_dict({**TrainerState().to_dict(), "version": 99})
+
+
+@pytest.mark.parametrize(("field", "value"), [("stage", "train"), ("status", "done")])
+def test_invalid_values_are_rejected_by_validators(field: str, value: Any) -> None:
+    """evolve re-runs validators: a bad stage or status raises naming the field and value."""
+    with pytest.raises(ValueError, match=f"{field}={value!r}"):
+        attrs.evolve(TrainerState(), **{field: value})
+
+
+def test_negative_counters_are_rejected() -> None:
+    """A counter below zero raises naming the counter."""
+    with pytest.raises(ValueError, match="Progress.epoch must be an int >= 0, got -1"):
+        Progress(epoch=-1)
+
+
+def test_merge_rejects_conflicting_metric_values_naming_both_sources() -> None:
+    """Two handlers setting one metric differently is a ConflictingUpdates naming both."""
+    with pytest.raises(ConflictingUpdates, match=r"metric 'loss': a set 1.0, b set 2.0"):
+        merge([("a", LogMetrics({"loss": 1.0})), ("b", LogMetrics({"loss": 2.0}))])
+
+
+def test_merge_rejects_conflicting_learning_rates_and_double_restores() -> None:
+    """Two different learning rates for one optimizer, or two restores, cannot both apply."""
+    with pytest.raises(ConflictingUpdates, match="learning rate"):
+        merge([("a", SetLearningRate(0.1)), ("b", SetLearningRate(0.2))])
+    with pytest.raises(ConflictingUpdates, match="two restores"):
+        merge([("a", RestoreState(TrainerState())), ("b", RestoreState(TrainerState()))])
+
+
+def test_merge_accepts_agreeing_updates_and_keeps_first_stop_reason() -> None:
+    """Equal values agree; stops combine with the first reason; effects keep their order."""
+    merged = merge(
+        [
+            ("a", Stop("first")),
+            ("b", Stop("second")),
+            ("a", LogMetrics({"m": 1.0})),
+            ("b", LogMetrics({"m": 1.0})),
+            ("c", SaveCheckpoint("x.ckpt")),
+            ("d", SetLearningRate(0.1)),
+        ]
+    )
+    assert merged.stop == "first" and merged.metrics == {"m": 1.0}
+    assert merged.effects == (SaveCheckpoint("x.ckpt"), SetLearningRate(0.1))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("abc"), st.dictionaries(names, floats, max_size=3)), max_size=6))
+def test_reduce_is_pure_and_merges_metrics(items: list[tuple[str, dict[str, float]]]) -> None:
+    """reduce never changes its input and yields the union of non-conflicting metrics."""
+    before = TrainerState(metrics={"old": 1.0})
+    updates = [(src, LogMetrics(m)) for src, m in items]
+    try:
+        merged = merge(updates)
+    except ConflictingUpdates:
+        return
+    after = reduce(before, merged)
+    assert before.metrics == {"old": 1.0}
+    expected = {"old": 1.0}
+    for _, m in items:
+        expected.update(m)
+    assert dict(after.metrics) == expected
+
+
+def test_restore_replaces_the_state_then_applies_the_rest() -> None:
+    """RestoreState returns the saved state; other updates of the event apply on top of it."""
+    saved = TrainerState(progress=Progress(epoch=3), metrics={"a": 1.0})
+    after = reduce(TrainerState(), merge([("ckpt", RestoreState(saved)), ("l", SetListenerState("L", {"n": 1}))]))
+    assert after.progress.epoch == 3 and after.metrics == {"a": 1.0} and after.listeners["L"] == {"n": 1}
+
+
+def test_as_updates_names_the_handler_on_bad_returns() -> None:
+    """Returning a dict or a list with a non-update is a TypeError naming the handler."""
+    assert as_updates(None, "h") == [] and as_updates(Stop(), "h") == [Stop()]
+    with pytest.raises(TypeError, match="handler h returned"):
+        as_updates([Stop(), 3], "h")
+    with pytest.raises(TypeError, match="handler h returned"):
+        as_updates({"stop": True}, "h")
