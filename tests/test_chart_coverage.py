@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import TinyModule, loader
 from torch.utils.data import IterableDataset
 
 import interlock
+from conftest import TinyModule, loader
 from interlock.core.chart import Transition
 
 CHART = interlock.load_chart()

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import TinyModule, loader
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import interlock
+from conftest import TinyModule, loader
 from interlock import Listener, LogMetrics, Stop, listen
 from interlock.core import events as events_module
 from interlock.core.events import EventBus, order_listeners
