@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import TinyModule, loader
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import interlock
+from conftest import TinyModule, loader
 from interlock import ReplaceOptimizer, SetLearningRate
 
 GOLDEN = """
