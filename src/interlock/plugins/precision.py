@@ -84,6 +84,9 @@ def _canonical_flag(flag: object) -> str:
     )
 
 
+_NO_AUTOCAST = contextlib.nullcontext()
+
+
 class Precision:
     """What one precision flag means for modules, inputs, autocast and optimizer steps.
 
@@ -143,15 +146,15 @@ class Precision:
 
     def convert_input(self, batch: Any) -> Any:
         """Cast floating tensors in ``batch`` to ``param_dtype`` for ``*-true``; mixed leaves them."""
-        if self.compute_dtype is not None:
-            return batch
+        if self.compute_dtype is not None or self.param_dtype is torch.float32:
+            return batch  # mixed precision autocasts; 32-true leaves inputs as the user made them
         dtype = self.param_dtype
         return apply_to_tensors(batch, lambda t: t.to(dtype) if t.is_floating_point() else t)
 
     def autocast(self, device_type: str) -> contextlib.AbstractContextManager[Any]:
         """Context for the forward pass: ``torch.autocast`` for mixed flags, a no-op otherwise."""
         if self.compute_dtype is None:
-            return contextlib.nullcontext()
+            return _NO_AUTOCAST
         return torch.autocast(device_type=device_type, dtype=self.compute_dtype)
 
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
