@@ -185,6 +185,28 @@ def test_file_layout_is_magic_header_line_then_torch_payload(saved: Path) -> Non
     assert torch.load(io.BytesIO(payload), weights_only=True)["step"] == 7
 
 
+@pytest.mark.parametrize("mmap_works", [True, False])
+def test_large_checkpoint_hash_matches_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mmap_works: bool) -> None:
+    """A multi-megabyte mix of large and tiny tensors gets the exact SHA-256 of its payload, with or without mmap."""
+    if not mmap_works:
+        import mmap
+
+        def no_mmap(*args: Any, **kwargs: Any) -> None:
+            raise OSError(19, "No such device")
+
+        monkeypatch.setattr(mmap, "mmap", no_mmap)
+    gen = torch.Generator().manual_seed(0)
+    ckpt = {
+        "big": [torch.randn(1_000_003, generator=gen) for _ in range(3)],
+        "tiny": [torch.ones(k) for k in range(300)],
+    }
+    path = tmp_path / "big.ckpt"
+    IO.save_checkpoint(ckpt, path)
+    payload = path.read_bytes().split(b"\n", 2)[2]
+    assert IO.read_header(path)["sha256"] == hashlib.sha256(payload).hexdigest()
+    assert same(IO.load_checkpoint(path), ckpt)
+
+
 def test_save_creates_parent_directories_and_overwrites(tmp_path: Path) -> None:
     """Saving creates missing parent dirs, replaces an existing checkpoint and leaves no temp files."""
     path = tmp_path / "a" / "b" / "last.ckpt"
@@ -337,21 +359,46 @@ def test_unserializable_value_never_touches_disk(tmp_path: Path) -> None:
     assert snapshot(tmp_path) == before
 
 
-@pytest.mark.parametrize("failing", ["replace", "fsync"])
-def test_os_failure_during_save_keeps_old_file_and_no_temp(
+def _fail_on_second_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    real, calls = os.write, []
+
+    def write(fd: int, data: Any) -> int:
+        calls.append(fd)
+        if len(calls) > 1:
+            raise OSError(28, "No space left on device")
+        return real(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+
+
+def _raise(exc: BaseException) -> Any:
+    def fail(*args: Any, **kwargs: Any) -> None:
+        raise exc
+
+    return fail
+
+
+FAILURES = {
+    "replace": (lambda mp: mp.setattr(os, "replace", _raise(OSError(28, "No space left on device"))), "No space"),
+    "fsync": (lambda mp: mp.setattr(os, "fsync", _raise(OSError(5, "Input/output error"))), "Input/output error"),
+    "disk full mid-payload": (_fail_on_second_write, "No space left on device"),
+    "torch.save error": (lambda mp: mp.setattr(torch, "save", _raise(RuntimeError("boom"))), "cannot serialize.*boom"),
+}
+
+
+@pytest.mark.parametrize("failing", list(FAILURES))
+def test_failure_during_save_keeps_old_file_and_no_temp(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str
 ) -> None:
-    """If fsync or os.replace fails, a CheckpointError is raised, the old file is intact and the temp is gone."""
+    """Any failure while writing raises CheckpointError naming the cause; the old file is intact, the temp gone."""
     path = tmp_path / "last.ckpt"
     IO.save_checkpoint(SAMPLE, path)
     before = snapshot(tmp_path)
-
-    def boom(*args: Any) -> None:
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(os, failing, boom)
-    with pytest.raises(CheckpointError, match=r"cannot write checkpoint .*last.ckpt.*No space left"):
-        IO.save_checkpoint({"step": 99}, path)
+    patch, pattern = FAILURES[failing]
+    patch(monkeypatch)
+    with pytest.raises(CheckpointError, match=pattern) as info:
+        IO.save_checkpoint({"step": 99, "w": torch.ones(100_000)}, path)
+    assert str(path) in str(info.value)
     monkeypatch.undo()
     assert snapshot(tmp_path) == before
 

@@ -16,14 +16,15 @@ import errno
 import hashlib
 import io
 import json
+import mmap
 import os
 import pickle
 import re
 import secrets
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import torch
 
@@ -37,7 +38,8 @@ MAGIC: bytes = b"INTERLOCK-CKPT\n"
 
 _MAX_HEADER_BYTES = 64 * 1024
 _HEADER_SLOT = 512  # bytes reserved for the header line, newline included
-_PARALLEL_HASH_BYTES = 1 << 20
+_HASH_STEP = 4 << 20  # the hash worker is handed the file in ranges of at least this many bytes
+_SMALL_WRITE = 256 << 10  # writes smaller than this are combined before they reach the file
 _SCALARS = (type(None), bool, int, float, complex, str, bytes, bytearray)
 _LEAVES = (*_SCALARS, torch.dtype, torch.device, torch.Size, torch.Tensor, torch.nn.Parameter)
 _MAPPINGS = (dict, collections.OrderedDict)
@@ -114,7 +116,7 @@ class TorchCheckpointIO:
         if target.is_dir():
             raise CheckpointError(f"cannot save checkpoint to {target}: it is a directory; pass a file path")
         check_serializable(checkpoint)
-        _atomic_write(target, lambda f: _write_checkpoint(checkpoint, f, target))
+        _atomic_write(target, lambda fd: _write_checkpoint(checkpoint, fd, target))
 
     def load_checkpoint(self, path: str | os.PathLike[str], map_location: Any = "cpu") -> dict[str, Any]:
         """Verify and load the checkpoint at ``path`` with ``weights_only=True``."""
@@ -176,73 +178,126 @@ def _as_path(path: str | os.PathLike[str]) -> Path:
 
 
 class _HashingSink:
-    """File-like ``torch.save`` target that hashes and counts what it writes; big chunks hash in parallel."""
+    """File-like ``torch.save`` target that writes to ``fd`` while a worker thread hashes the written bytes.
 
-    def __init__(self, f: BinaryIO, pool: ThreadPoolExecutor) -> None:
-        self.f, self.pool = f, pool
-        self.sha = hashlib.sha256()
+    The worker reads what is already in the file through mmap (the page cache), so no copy is made, hashing
+    overlaps serialization, and the hash covers exactly what the file holds. Small writes are combined.
+    """
+
+    def __init__(self, fd: int, pool: ThreadPoolExecutor) -> None:
+        self.fd, self.pool = fd, pool
+        self._written = self._hashed = os.lseek(fd, 0, os.SEEK_CUR)
         self.nbytes = 0
+        self.error: OSError | None = None
+        self._small = bytearray()
+        self._sha = hashlib.sha256()
+        self._jobs: list[Future[None]] = []
 
     def write(self, data: bytes | memoryview) -> int:
-        # torch only guarantees ``data`` during this call, so the hash must finish before returning.
-        view = memoryview(data)
-        if view.nbytes >= _PARALLEL_HASH_BYTES:  # hashlib and file writes both release the GIL
-            hashing = self.pool.submit(self.sha.update, view)
-            self.f.write(view)
-            hashing.result()
-        else:
-            self.sha.update(view)
-            self.f.write(view)
-        self.nbytes += view.nbytes
-        return view.nbytes
+        with memoryview(data) as whole, whole.cast("B") as view:
+            size = view.nbytes
+            if size < _SMALL_WRITE:
+                self._small += view
+                if len(self._small) >= _SMALL_WRITE:
+                    self.flush()
+            else:
+                self.flush()
+                self._write(view)
+        self.nbytes += size
+        return size
 
     def flush(self) -> None:
-        self.f.flush()
+        if self._small:
+            self._write(self._small)
+            self._small.clear()
+
+    def hexdigest(self) -> str:
+        self.flush()
+        self._hand_over()
+        for job in self._jobs:
+            job.result()
+        return self._sha.hexdigest()
+
+    def _write(self, data: bytes | bytearray | memoryview) -> None:
+        try:
+            self._written += _write_all(self.fd, data)
+        except OSError as exc:
+            self.error = exc
+            raise
+        if self._written - self._hashed >= _HASH_STEP:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        if self._written > self._hashed:
+            self._jobs.append(self.pool.submit(self._hash_range, self._hashed, self._written))
+            self._hashed = self._written
+
+    def _hash_range(self, start: int, end: int) -> None:
+        base = start - start % mmap.ALLOCATIONGRANULARITY
+        try:
+            mapped = mmap.mmap(self.fd, end - base, access=mmap.ACCESS_READ, offset=base)
+        except (OSError, ValueError):  # a filesystem without mmap: read the range back instead
+            for at in range(start, end, _HASH_STEP):
+                self._sha.update(os.pread(self.fd, min(_HASH_STEP, end - at), at))
+            return
+        with mapped, memoryview(mapped) as whole, whole[start - base :] as part:
+            self._sha.update(part)
 
 
-def _write_checkpoint(checkpoint: dict[str, Any], f: BinaryIO, target: Path) -> None:
-    """Stream MAGIC, a header placeholder and the payload into ``f``, then fill in the header."""
-    f.write(MAGIC)
-    header_at = f.tell()
-    f.write(b" " * (_HEADER_SLOT - 1) + b"\n")
+def _write_checkpoint(checkpoint: dict[str, Any], fd: int, target: Path) -> None:
+    """Write MAGIC, a header placeholder and the payload to ``fd``, then fill in the header."""
+    _write_all(fd, MAGIC + b" " * (_HEADER_SLOT - 1) + b"\n")
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="interlock-ckpt-hash") as pool:
-        sink = _HashingSink(f, pool)
+        sink = _HashingSink(fd, pool)
         try:
             torch.save(checkpoint, sink)
-        except OSError:
-            raise
         except Exception as exc:
+            if sink.error is not None:  # torch reports a failed write as an unrelated RuntimeError
+                raise sink.error from None
             raise CheckpointError(f"cannot serialize checkpoint for {target}: {exc}") from exc
+        digest = sink.hexdigest()
     header = {
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,
-        "sha256": sink.sha.hexdigest(),
+        "sha256": digest,
         "payload_bytes": sink.nbytes,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds"),
     }
     line = json.dumps(header, sort_keys=True).encode("ascii")
-    # Padded with spaces (valid JSON whitespace) to the fixed slot, so the payload never moves.
-    f.seek(header_at)
-    f.write(line.ljust(_HEADER_SLOT - 1) + b"\n")
+    if len(line) >= _HEADER_SLOT:  # cannot happen with the fields above; guards future edits
+        raise CheckpointError(f"checkpoint header for {target} is {len(line)} bytes, over the {_HEADER_SLOT} reserved")
+    # Padded with spaces (JSON whitespace) to the reserved slot, so the payload never moves.
+    os.lseek(fd, len(MAGIC), os.SEEK_SET)
+    _write_all(fd, line.ljust(_HEADER_SLOT - 1) + b"\n")
 
 
-def _atomic_write(target: Path, write: Callable[[BinaryIO], None]) -> None:
-    """Run ``write`` on a temp file next to ``target``, fsync it and rename it over ``target``."""
+def _write_all(fd: int, data: bytes | bytearray | memoryview) -> int:
+    """Write all of ``data`` (os.write may write less than asked) and return its length."""
+    with memoryview(data) as view:
+        done = 0
+        while done < view.nbytes:
+            done += os.write(fd, view[done:])
+    return done
+
+
+def _atomic_write(target: Path, write: Callable[[int], None]) -> None:
+    """Run ``write`` on a temp file descriptor next to ``target``, fsync it and rename it over ``target``."""
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CheckpointError(f"cannot create directory {target.parent} for checkpoint: {exc.strerror}") from exc
     tmp = target.parent / f".{target.name[:180]}.{secrets.token_hex(6)}.tmp"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
     try:
         fd = os.open(tmp, flags, 0o666)
     except OSError as exc:
         raise CheckpointError(f"cannot write checkpoint {target}: {exc.strerror}") from exc
     try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            write(fd)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, target)
     except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
