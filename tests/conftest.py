@@ -67,3 +67,10 @@ def trainer_factory(tmp_path: Any) -> Any:
         return interlock.Trainer(**kwargs)
 
     return make
+
+
+class NoPredictData:
+    """A data class with training data only (no predict_dataloader)."""
+
+    def train_dataloader(self) -> DataLoader[Any]:
+        return loader()

@@ -48,6 +48,9 @@ class DigitsData:
     def test_dataloader(self) -> DataLoader[Any]:
         return DataLoader(self.test_set, batch_size=256, num_workers=self.num_workers)
 
+    def predict_dataloader(self) -> DataLoader[Any]:
+        return self.test_dataloader()
+
 
 class DigitsClassifier(Module):
     """64 -> hidden -> 10 MLP with dropout; reports loss and accuracy."""

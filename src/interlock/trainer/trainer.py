@@ -27,6 +27,30 @@ class Trainer:
     they subscribe to; ``None`` installs the defaults (progress bar, CSV logger,
     event trace, ``ModelCheckpoint(save_last=True)``), ``[]`` none at all.
     Outputs go to ``default_root_dir/runs/version_N``.
+
+    Args:
+        max_epochs: Stop after this many epochs (``-1``: no limit; ``None``: 1000 unless ``max_steps`` is set).
+        max_steps: Stop after this many optimizer steps (``-1``: no limit).
+        limit_train_batches: Batches per training epoch: an int count or a float fraction.
+        limit_val_batches: Batches per validation run: an int count or a float fraction (0 disables).
+        limit_test_batches: Batches of the test loop: an int count or a float fraction.
+        limit_predict_batches: Batches of the predict loop: an int count or a float fraction.
+        val_check_interval: Validate every N training batches (int) or at this fraction of an epoch (float).
+        check_val_every_n_epoch: Validate every N epochs (``None``: count ``val_check_interval`` across epochs).
+        num_sanity_val_steps: Validation batches run before training (``-1``: all, ``0``: none).
+        accumulate_grad_batches: Accumulate gradients over this many batches per optimizer step.
+        gradient_clip_val: Clip gradients to this norm or value (``None``: no clipping).
+        gradient_clip_algorithm: ``"norm"`` or ``"value"``.
+        accelerator: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"gpu"`` or ``"mps"``.
+        devices: Device count, indices (``[0, 1]``, ``"0,1"``), ``"auto"`` or ``-1`` (all).
+        strategy: ``"auto"``, ``"single_device"``, ``"ddp"``, ``"ddp_spawn"`` or ``"fsdp"``.
+        precision: ``"32-true"``, ``"64-true"``, ``"16-mixed"``, ``"bf16-mixed"``, ``"16-true"``, ``"bf16-true"``.
+        listeners: Listener objects; ``None`` installs the defaults, ``[]`` none.
+        default_root_dir: Where ``runs/version_N`` folders are made (default: the working directory).
+        seed: Seed python, numpy and torch before the run.
+        deterministic: Ask torch for deterministic algorithms.
+        fast_dev_run: Run 1 (or N) batch of each loop to check the code paths.
+        chart: A custom statechart file (it must declare exactly the triggers the loops fire).
     """
 
     def __init__(
@@ -105,7 +129,9 @@ class Trainer:
 
     @property
     def run_dir(self) -> Path:
-        """Where this trainer's outputs go: ``default_root_dir/runs/version_N``, made on first use."""
+        """Where this trainer's outputs go: ``default_root_dir/runs/version_N``, or the resumed run's own."""
+        if self.runtime.state.run_dir:
+            return Path(self.runtime.state.run_dir)
         if self._run_dir is None:
             runs = self.root / "runs"
             taken = [int(p.name.split("_")[-1]) for p in runs.glob("version_*") if p.name.split("_")[-1].isdigit()]

@@ -9,6 +9,7 @@ happened in is red with the exception message. All functions here are pure.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -354,6 +355,21 @@ def _graphviz(dot: str, fmt: str) -> bytes:
     return done.stdout
 
 
+SOURCE_STAMP = "interlock-chart-source-sha256"
+
+
+def source_digest(dot: str) -> str:
+    """The digest of the DOT source an SVG was drawn from (it marks the SVG, so staleness is testable)."""
+    return hashlib.sha256(dot.encode()).hexdigest()
+
+
+def _stamp(svg: bytes, dot: str) -> bytes:
+    """Insert a comment naming the DOT source's digest after the SVG's XML declaration."""
+    comment = f"<!-- {SOURCE_STAMP}: {source_digest(dot)} -->\n".encode()
+    head, sep, rest = svg.partition(b"?>\n")
+    return head + sep + comment + rest if sep else comment + svg
+
+
 def render(chart: Chart, fmt: str, trace: TraceSummary | None = None) -> str | bytes:
     """The chart in ``fmt``: ``mermaid`` / ``dot`` text, or ``svg`` / ``png`` bytes (needs Graphviz)."""
     if fmt == "mermaid":
@@ -361,5 +377,7 @@ def render(chart: Chart, fmt: str, trace: TraceSummary | None = None) -> str | b
     if fmt == "dot":
         return to_dot(chart, trace)
     if fmt in ("svg", "png"):
-        return _graphviz(to_dot(chart, trace), fmt)
+        dot = to_dot(chart, trace)
+        out = _graphviz(dot, fmt)
+        return _stamp(out, dot) if fmt == "svg" else out
     raise ValueError(f"unknown chart format {fmt!r}; use one of: {', '.join(FORMATS)}")

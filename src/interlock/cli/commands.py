@@ -1,0 +1,220 @@
+"""What each ``interlock`` subcommand does once its arguments are parsed.
+
+Every command returns the process exit status; :class:`UsageError` (and the
+library's own input errors, caught in :mod:`interlock.cli.main`) mean status 2.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shlex
+import signal
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from jsonargparse import ArgumentParser, Namespace
+
+from interlock.cli.config import LOADERS
+from interlock.cli.inspect import summarize_checkpoint, to_json
+from interlock.core.chart import load_chart
+from interlock.loops.context import Preempted
+from interlock.trainer.trainer import Trainer
+from interlock.viz import read_trace, render
+
+__all__ = ["COMMANDS", "UsageError", "chart", "inspect", "listeners", "run"]
+
+
+class UsageError(Exception):
+    """The command cannot run as configured; the message says why (exit status 2)."""
+
+
+def _import(class_path: str) -> type:
+    """The class at the dotted ``class_path`` (already checked by the parser)."""
+    parts = class_path.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            obj: Any = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:]:
+            obj = getattr(obj, name)
+        return obj  # type: ignore[no-any-return]
+    raise UsageError(f"cannot import {class_path!r}")
+
+
+def _build(spec: Namespace | None, key: str) -> Any:
+    """Instantiate one ``class_path``/``init_args`` spec, so its own ValueError surfaces unwrapped."""
+    if spec is None:
+        raise UsageError(f"no {key} is configured; give a {key} section with class_path (and init_args)")
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_argument("--obj", type=_import(spec.class_path))
+    return parser.instantiate(parser.parse_object({"obj": spec.as_dict()})).obj
+
+
+def _instantiate(parser: ArgumentParser, cfg: Namespace, sections: Sequence[str]) -> Namespace:
+    """Build the chosen subcommand's ``sections`` (of model, data, trainer); bad values are a UsageError."""
+    sub = cfg[cfg.command]
+    try:
+        built = Namespace({key: _build(sub[key], key) for key in ("model", "data") if key in sections})
+        if "trainer" in sections:
+            only_trainer = cfg.clone()
+            for key in ("model", "data"):
+                only_trainer[cfg.command].pop(key, None)
+            built.trainer = parser.instantiate(only_trainer)[cfg.command].trainer
+    except (ValueError, OSError) as exc:  # bad flag values (Trainer, model, data), missing chart files
+        raise UsageError(str(exc)) from exc
+    return built
+
+
+def _loader(data: Any, method: str, command: str) -> Any:
+    fn = getattr(data, method, None)
+    if not callable(fn):
+        raise UsageError(
+            f"`interlock {command}` needs data.{method}(), but {type(data).__qualname__} has no such method; "
+            f"add it or choose another data class"
+        )
+    return fn()
+
+
+def _format_metrics(metrics: Mapping[str, Any]) -> str:
+    if not metrics:
+        return "  (no metrics)"
+    width = max(len(k) for k in metrics)
+    lines = []
+    for key in sorted(metrics):
+        value = metrics[key]
+        text = f"{value:.6g}" if isinstance(value, float) else str(value)
+        lines.append(f"  {key:<{width}}  {text}")
+    return "\n".join(lines)
+
+
+def resume_command(argv: Sequence[str]) -> str:
+    """``argv`` as an ``interlock`` command line with ``--ckpt_path last`` in place of any ``--ckpt_path``."""
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--ckpt_path":
+            skip = True
+        elif not arg.startswith("--ckpt_path="):
+            kept.append(arg)
+    return shlex.join(["interlock", *kept, "--ckpt_path", "last"])
+
+
+def run(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str]) -> int:
+    """``fit`` / ``validate`` / ``test`` / ``predict``: build from the config, run, print the outcome."""
+    command = cfg.command
+    built = _instantiate(parser, cfg, ("model", "data", "trainer"))
+    model, data, trainer = built.model, built.data, built.trainer
+    need, optional = LOADERS[command]
+    loaders = [_loader(data, need, command)]
+    if optional is not None:
+        loaders.append(_loader(data, optional, command) if callable(getattr(data, optional, None)) else None)
+    ckpt_path = cfg[command].ckpt_path
+    started = time.perf_counter()
+    try:
+        result = getattr(trainer, command)(model, *loaders, ckpt_path=ckpt_path)
+    except Preempted as exc:
+        try:
+            name = signal.Signals(exc.signum).name
+        except ValueError:
+            name = "signal"
+        ckpt = trainer.run_dir / "checkpoints" / "last.ckpt"
+        print(
+            f"interlock: preempted by {name} ({exc.signum}); a checkpoint was saved to {ckpt}\n"
+            f"resume with: {resume_command(argv)}",
+            file=sys.stderr,
+        )
+        return 128 + exc.signum
+    except KeyboardInterrupt:
+        print(f"interlock: {command} interrupted (Ctrl-C); outputs so far in {trainer.run_dir}", file=sys.stderr)
+        return 130
+    seconds = time.perf_counter() - started
+    where = Path(trainer.state.run_dir or trainer.run_dir).absolute()  # a resumed run continues in its own
+    note = "" if where.exists() else " (no listener wrote anything there)"
+    print(f"{command} finished in {seconds:.1f} s; run directory: {where}{note}")
+    if command == "predict":
+        print(f"predictions: {len(result)} batches")
+    else:
+        print(f"final metrics:\n{_format_metrics(result)}")
+    return 0
+
+
+def chart(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str]) -> int:
+    """Render the (built-in or ``--chart``) statechart, with ``--trace`` overlaid, to stdout or ``-o``."""
+    opts = cfg.chart
+    try:
+        the_chart = load_chart(opts.chart)
+    except OSError as exc:
+        raise UsageError(f"cannot read chart {opts.chart}: {exc.strerror or exc}") from None
+    trace = read_trace(opts.trace, the_chart) if opts.trace else None
+    out = render(the_chart, opts.format, trace)
+    if opts.output:
+        target = Path(opts.output)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(out, bytes):
+            target.write_bytes(out)
+        else:
+            target.write_text(out, encoding="utf-8")
+        print(f"wrote {opts.format} to {target}", file=sys.stderr)
+    elif isinstance(out, bytes):
+        if sys.stdout.isatty():
+            raise UsageError(f"--format {opts.format} is not for a terminal; pass -o FILE or redirect stdout")
+        sys.stdout.flush()
+        sys.stdout.buffer.write(out)
+        sys.stdout.buffer.flush()
+    else:
+        sys.stdout.write(out)
+    return 0
+
+
+def inspect(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str]) -> int:
+    """Print the checkpoint's summary as JSON (tensors as ``[shape, dtype]``)."""
+    print(to_json(summarize_checkpoint(cfg.inspect.ckpt)))
+    return 0
+
+
+def listeners(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str]) -> int:
+    """Build only the Trainer; print its listeners in order and each event's handlers in delivery order."""
+    trainer: Trainer = _instantiate(parser, cfg, ("trainer",)).trainer
+    origin = "the Trainer's defaults" if cfg.listeners.trainer.listeners is None else "from trainer.listeners"
+    if not trainer.listeners:
+        print(f"no listeners ({origin}): no handlers run for any event")
+        return 0
+    print(f"{len(trainer.listeners)} listeners ({origin}), in the order they handle an event:")
+    key_width = max(len(listener.key) for listener in trainer.listeners)
+    for i, listener in enumerate(trainer.listeners, 1):
+        cls = type(listener)
+        after = f"  (after {', '.join(listener.after)})" if listener.after else ""
+        print(f"  {i}. {listener.key:<{key_width}}  {cls.__module__}.{cls.__qualname__}{after}")
+    print("events and their handlers, in delivery order:")
+    subscribed = trainer.subscribers()
+    width = max((len(event) for event, _ in subscribed), default=0)
+    for event, _sources in subscribed:
+        handlers = []
+        for sub in trainer.bus.handlers(event):
+            label = f"{sub.source}.{getattr(sub.handler, '__name__', 'handler')}"
+            if sub.every is not None:
+                label += f" [every {sub.every}]"
+            if sub.once is not None:
+                label += f" [once, #{sub.once}]"
+            handlers.append(label)
+        print(f"  {event:<{width}}  {' -> '.join(handlers)}")
+    if not subscribed:
+        print("  (none: the listeners declare no handlers)")
+    return 0
+
+
+COMMANDS: dict[str, Callable[[ArgumentParser, Namespace, Sequence[str]], int]] = {
+    "fit": run,
+    "validate": run,
+    "test": run,
+    "predict": run,
+    "chart": chart,
+    "inspect": inspect,
+    "listeners": listeners,
+}

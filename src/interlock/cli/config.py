@@ -1,0 +1,187 @@
+"""The ``interlock`` argument parser: jsonargparse, laid out like LightningCLI.
+
+Run subcommands (``fit``, ``validate``, ``test``, ``predict``) and ``listeners`` take
+``--config cfg.yaml`` with ``model`` and ``data`` sections (``class_path`` +
+``init_args``) and a ``trainer`` section holding the :class:`~interlock.Trainer`'s
+flags, introspected from its signature. Without ``--config`` they read the built-in
+example (:data:`DEFAULT_CONFIG`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from importlib import resources
+from typing import Any, Literal, Protocol
+
+from jsonargparse import ActionConfigFile, ArgumentParser, DefaultHelpFormatter
+
+from interlock.core.module import Module
+from interlock.trainer.trainer import Trainer
+from interlock.viz import FORMATS
+
+__all__ = [
+    "CONFIG_COMMANDS",
+    "DEFAULT_CONFIG",
+    "EXIT_STATUS",
+    "LOADERS",
+    "RUN_COMMANDS",
+    "DataModule",
+    "build_parser",
+]
+
+RUN_COMMANDS = ("fit", "validate", "test", "predict")
+CONFIG_COMMANDS = (*RUN_COMMANDS, "listeners")
+DEFAULT_CONFIG = str(resources.files("interlock.examples").joinpath("default.yaml"))
+
+LOADERS: dict[str, tuple[str, str | None]] = {
+    "fit": ("train_dataloader", "val_dataloader"),
+    "validate": ("val_dataloader", None),
+    "test": ("test_dataloader", None),
+    "predict": ("predict_dataloader", None),
+}
+"""Per run subcommand: the data method it needs, and an optional one it uses when present."""
+
+EXIT_STATUS = """\
+exit status:
+  0       success
+  1       the run failed (the traceback is printed)
+  2       bad command line or config: unknown key, wrong type, bad Trainer flag
+          value, unreadable checkpoint, chart or trace
+  128+N   fit was preempted by signal N (143 for SIGTERM); a checkpoint was saved
+          to RUN_DIR/checkpoints/last.ckpt first. Resume with the same command
+          plus `--ckpt_path last`: interlock fit ... --ckpt_path last
+  130     interrupted with Ctrl-C"""
+
+
+class TrainData(Protocol):
+    """Has ``train_dataloader()``."""
+
+    def train_dataloader(self) -> Any: ...
+
+
+class ValData(Protocol):
+    """Has ``val_dataloader()``."""
+
+    def val_dataloader(self) -> Any: ...
+
+
+class TestData(Protocol):
+    """Has ``test_dataloader()``."""
+
+    def test_dataloader(self) -> Any: ...
+
+
+class PredictData(Protocol):
+    """Has ``predict_dataloader()``."""
+
+    def predict_dataloader(self) -> Any: ...
+
+
+DataModule = TrainData | ValData | TestData | PredictData
+"""A data "module": any class with at least one of the four ``*_dataloader()`` methods."""
+
+
+class _HelpFormatter(DefaultHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """jsonargparse's formatter that keeps the line breaks of descriptions and epilogs."""
+
+
+def _parser(**kwargs: Any) -> ArgumentParser:
+    return ArgumentParser(formatter_class=_HelpFormatter, allow_abbrev=False, **kwargs)
+
+
+def _config_parser(command: str) -> ArgumentParser:
+    """The parser of a run subcommand (or of ``listeners``, where model and data are optional)."""
+    run = command in RUN_COMMANDS
+    need, optional = LOADERS.get(command, ("", None))
+    calls = f"data.{need}()" + (f", data.{optional}() if the data class has it" if optional else "")
+    description = (
+        f"Build model, data and Trainer from the config, then run\n  trainer.{command}(model, {calls})."
+        if run
+        else "Build the Trainer from the config (no run) and print its listeners and, for each event,\n"
+        "which handlers run in which order."
+    )
+    parser = _parser(
+        description=f"{description}\nWithout --config, the built-in example is used: {DEFAULT_CONFIG}",
+        epilog=EXIT_STATUS if command == "fit" else None,
+        usage="%(prog)s [--config CFG.yaml] [--print_config]\n       [--model.init_args.NAME VALUE] "
+        f"[--data.init_args.NAME VALUE] [--trainer.FLAG VALUE]{' [--ckpt_path PATH|last]' if run else ''}",
+    )
+    parser.add_argument("--config", action=ActionConfigFile, help="A YAML file with model, data and trainer sections.")
+    parser.add_subclass_arguments(
+        Module,
+        "model",
+        required=run,
+        help="The interlock.Module to run: class_path (import path or name) and init_args.",
+    )
+    parser.add_argument(
+        "--data",
+        type=DataModule | None,
+        required=run,
+        help="The data: class_path and init_args of any class with train_dataloader(), val_dataloader(), "
+        "test_dataloader() and/or predict_dataloader().",
+    )
+    parser.add_class_arguments(Trainer, "trainer")
+    parser.groups["model"].title = "model (the interlock.Module subclass to run)"
+    parser.groups["trainer"].title = "trainer (the Trainer's init flags)"
+    parser.add_argument(
+        "--ckpt_path",
+        type=str | None,
+        default=None,
+        help="Checkpoint to start from: a file, or 'last' (the newest last.ckpt under "
+        "trainer.default_root_dir). fit resumes exactly; the others load its weights."
+        + ("" if run else " Ignored here."),
+    )
+    return parser
+
+
+def _chart_parser() -> ArgumentParser:
+    parser = _parser(
+        description="Draw the lifecycle statechart, optionally with a run's events trace overlaid.\n"
+        "Text formats go to stdout without -o; svg/png need -o or a stdout that is not a terminal."
+    )
+    parser.add_argument(
+        "--format", type=Literal[FORMATS], default="mermaid", help="Output format (svg/png need Graphviz)."
+    )
+    parser.add_argument(
+        "--trace", type=str | None, default=None, help="A run directory (or its events.jsonl) to overlay."
+    )
+    parser.add_argument(
+        "--chart", type=str | None, default=None, help="A custom chart YAML file instead of the built-in one."
+    )
+    parser.add_argument("-o", "--output", type=str | None, default=None, help="Write to this file.")
+    return parser
+
+
+def _inspect_parser() -> ArgumentParser:
+    parser = _parser(
+        description="Print a checkpoint as JSON: header, chart state, progress, metrics, listener states,\n"
+        "RNG kinds and [shape, dtype] of every tensor. No model is built and no code in it runs."
+    )
+    parser.add_argument("ckpt", type=str, help="Path of the checkpoint file.")
+    return parser
+
+
+def build_parser() -> ArgumentParser:
+    """The whole ``interlock`` command line, with its subcommands."""
+    from interlock import __version__
+
+    parser = _parser(
+        prog="interlock",
+        description="Train, evaluate and debug interlock models from a config.\n"
+        "`interlock fit` with no config trains the built-in digits example.",
+        epilog=EXIT_STATUS,
+    )
+    parser.add_argument("--version", action="version", version=f"interlock {__version__}")
+    commands = parser.add_subcommands(dest="command")
+    helps = {
+        "fit": "Train (or resume with --ckpt_path).",
+        "validate": "Run the validation loop once.",
+        "test": "Run the test loop once.",
+        "predict": "Run the predict loop.",
+        "listeners": "Show the configured listeners and which handlers run for each event.",
+    }
+    for name in CONFIG_COMMANDS:
+        commands.add_subcommand(name, _config_parser(name), help=helps[name])
+    commands.add_subcommand("chart", _chart_parser(), help="Draw the statechart (Mermaid, DOT, SVG, PNG).")
+    commands.add_subcommand("inspect", _inspect_parser(), help="Print a checkpoint as readable JSON.")
+    return parser

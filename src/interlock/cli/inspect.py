@@ -1,0 +1,102 @@
+"""``interlock inspect``: a checkpoint as readable, JSON-ready data, without building a model."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from interlock.connectors.checkpoint import CHECKPOINT_FORMAT
+from interlock.core.errors import CheckpointError
+from interlock.plugins.checkpoint_io import TorchCheckpointIO
+
+__all__ = ["plain", "summarize_checkpoint", "to_json"]
+
+
+def _tensor(t: torch.Tensor) -> list[Any]:
+    return [list(t.shape), str(t.dtype).removeprefix("torch.")]
+
+
+def plain(value: Any) -> Any:
+    """JSON-ready copy of checkpoint data: each tensor becomes ``[shape, dtype]``."""
+    if isinstance(value, torch.Tensor):
+        return _tensor(value)
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if isinstance(value, set | frozenset):
+        return sorted((plain(v) for v in value), key=repr)
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, bytes | bytearray):
+        return f"<{len(value)} bytes>"
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return repr(value)
+
+
+def to_json(value: Any, indent: int = 0, lead: int = 0, width: int = 100) -> str:
+    """Indented JSON whose lists and objects stay on one line when they fit in ``width`` columns.
+
+    ``lead`` is how many columns precede the value on its first line (e.g. its key).
+    """
+    flat = json.dumps(value, separators=(", ", ": "))
+    if not isinstance(value, dict | list) or not value or indent + lead + len(flat) <= width:
+        return flat
+    pad, inner = " " * indent, " " * (indent + 2)
+    if isinstance(value, list):
+        items = [inner + to_json(v, indent + 2, 0, width) for v in value]
+        return "[\n" + ",\n".join(items) + f"\n{pad}]"
+    items = [
+        f"{inner}{json.dumps(k)}: {to_json(v, indent + 2, len(json.dumps(k)) + 2, width)}" for k, v in value.items()
+    ]
+    return "{\n" + ",\n".join(items) + f"\n{pad}}}"
+
+
+def summarize_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """What the checkpoint at ``path`` holds; raises :class:`CheckpointError` for a bad file."""
+    io = TorchCheckpointIO()
+    header = io.read_header(path)
+    ckpt = io.load_checkpoint(path, map_location="cpu")
+    for key in ("format", "state", "model"):
+        if key not in ckpt:
+            raise CheckpointError(f"{path} is not an interlock checkpoint: it has no {key!r} entry")
+    state = ckpt["state"]
+    if not isinstance(state, Mapping):
+        raise CheckpointError(f"{path} holds a {type(state).__name__} as its trainer state, not a dict")
+    progress = state.get("progress", {}) if isinstance(state.get("progress"), Mapping) else {}
+    model = ckpt["model"] if isinstance(ckpt["model"], Mapping) else {}
+    rng = ckpt.get("rng", {})
+    return {
+        "file": os.fspath(path),
+        "header": header,
+        "format": ckpt["format"],
+        "format_supported": ckpt["format"] == CHECKPOINT_FORMAT,
+        "chart": state.get("chart"),
+        "stage": state.get("stage"),
+        "status": state.get("status"),
+        "epoch": progress.get("epoch"),
+        "global_step": progress.get("global_step"),
+        "batch_idx": progress.get("batch_idx"),
+        "train_batches": progress.get("train_batches"),
+        "should_stop": state.get("should_stop"),
+        "stop_reason": state.get("stop_reason"),
+        "seed": state.get("seed"),
+        "run_dir": state.get("run_dir"),
+        "metrics": plain(state.get("metrics", {})),
+        "best_metrics": plain(state.get("best_metrics", {})),
+        "history_length": len(state.get("history", ())),
+        "listeners": plain(state.get("listeners", {})),
+        "data": plain(state.get("data", {})),
+        "rng": sorted(rng) if isinstance(rng, Mapping) else [],
+        "model": plain(model),
+        "model_parameters": sum(t.numel() for t in model.values() if isinstance(t, torch.Tensor)),
+        "optimizers": plain(ckpt.get("optimizers", [])),
+        "schedulers": plain(ckpt.get("schedulers", [])),
+        "precision": plain(ckpt.get("precision", {})),
+    }

@@ -1,0 +1,26 @@
+"""The committed renderings of the chart (`make charts`) match the chart."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from interlock.core.chart import load_chart
+from interlock.viz import to_dot, to_mermaid
+from interlock.viz.render import SOURCE_STAMP, source_digest
+
+CHARTS = Path(__file__).resolve().parents[1] / "statecharts"
+
+
+def test_committed_mermaid_is_current() -> None:
+    """statecharts/trainer.mmd equals what the chart renders to now (run `make charts` if not)."""
+    current = to_mermaid(load_chart()).rstrip("\n") + "\n"
+    assert (CHARTS / "trainer.mmd").read_text() == current, "statecharts/trainer.mmd is stale: run `make charts`"
+
+
+def test_committed_svg_was_drawn_from_the_current_chart() -> None:
+    """statecharts/trainer.svg carries the digest of the DOT it was drawn from, and it is today's DOT."""
+    svg = (CHARTS / "trainer.svg").read_text()
+    stamp = re.search(rf"{SOURCE_STAMP}: ([0-9a-f]{{64}})", svg)
+    assert stamp, "statecharts/trainer.svg has no source stamp: run `make charts`"
+    assert stamp.group(1) == source_digest(to_dot(load_chart())), "statecharts/trainer.svg is stale: run `make charts`"
