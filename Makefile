@@ -1,4 +1,5 @@
 # Everything a fresh clone needs. Only Python must be present.
+SHELL := /bin/bash
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -39,6 +40,7 @@ charts: $(STAMP)
 	$(BIN)/python -m interlock.cli.main chart --format svg -o statecharts/trainer.svg
 
 bench: $(STAMP)
+	$(BIN)/pip install -q -c <(echo torch==2.13.0) -e '.[bench]' || echo "Lightning/Ignite not installed: bench compares interlock with the plain loop only"
 	$(BIN)/python tools/bench.py
 
 clean:

@@ -21,7 +21,7 @@ from interlock.core.errors import CheckpointError
 from interlock.core.state import TrainerState
 from interlock.plugins.strategy import Strategy
 
-__all__ = ["CHECKPOINT_FORMAT", "check_fits", "dump", "restore"]
+__all__ = ["CHECKPOINT_FORMAT", "check_fits", "check_resumable", "dump", "restore"]
 
 CHECKPOINT_FORMAT = "interlock.checkpoint/1"
 
@@ -38,7 +38,9 @@ def dump(
     """Everything needed to continue the run, as plain data and tensors.
 
     ``strategy`` gathers the model and optimizer state (full, even when sharded);
-    with it this is a collective call: every rank must make it.
+    with it this is a collective call: every rank must make it. In one process the
+    gradients are kept too, for a save between the batches of one accumulation
+    window (``accumulate_grad_batches > 1``).
     """
     strategy = strategy if strategy is not None else Strategy()
     state_dict = state.to_dict()
@@ -52,6 +54,11 @@ def dump(
         "schedulers": [s.scheduler.state_dict() for s in schedulers],
         "precision": dict(precision_state),
         "rng": get_rng_states(),
+        "grads": (
+            {name: p.grad for name, p in module.named_parameters() if p.grad is not None}
+            if strategy.world_size == 1
+            else {}
+        ),
     }
 
 
@@ -81,6 +88,42 @@ def check_fits(ckpt: Mapping[str, Any], module: torch.nn.Module, source: str) ->
         )
 
 
+def check_resumable(
+    ckpt: Mapping[str, Any],
+    module: torch.nn.Module,
+    optimizers: Sequence[torch.optim.Optimizer],
+    schedulers: Sequence[Scheduler],
+    source: str,
+) -> TrainerState:
+    """Raise :class:`CheckpointError` unless a fit can continue from ``ckpt``; return its saved state.
+
+    Checks what :func:`restore` loads (weights, trainer state, optimizer and
+    scheduler counts, gradients) and changes nothing, so a bad
+    checkpoint is refused before the run starts.
+    """
+    check_fits(ckpt, module, source)
+    try:
+        state = TrainerState.from_dict(ckpt["state"])
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"{source} holds an invalid trainer state: {exc}") from None
+    saved_opts = ckpt.get("optimizers", [])
+    if optimizers and len(saved_opts) != len(optimizers):
+        raise CheckpointError(
+            f"{source} has {len(saved_opts)} optimizer state(s) but configure_optimizers() "
+            f"returned {len(optimizers)} optimizer(s)"
+        )
+    if schedulers and len(ckpt.get("schedulers", [])) != len(schedulers):
+        raise CheckpointError(
+            f"{source} has {len(ckpt.get('schedulers', []))} LR scheduler state(s) but configure_optimizers() "
+            f"returned {len(schedulers)}"
+        )
+    params = dict(module.named_parameters())
+    for name, grad in (ckpt.get("grads") or {}).items():
+        if name not in params or not isinstance(grad, torch.Tensor) or grad.shape != params[name].shape:
+            raise CheckpointError(f"{source} holds a gradient for {name!r}, which does not fit this model")
+    return state
+
+
 def restore(
     ckpt: Mapping[str, Any],
     module: torch.nn.Module,
@@ -89,24 +132,14 @@ def restore(
     source: str,
     strategy: Strategy | None = None,
 ) -> TrainerState:
-    """Load weights, optimizer and scheduler states in place (through ``strategy``); return the saved state."""
+    """Load weights, gradients, optimizer and scheduler states in place (through ``strategy``); return the state."""
     strategy = strategy if strategy is not None else Strategy()
-    check_fits(ckpt, module, source)
-    try:
-        state = TrainerState.from_dict(ckpt["state"])
-    except (TypeError, ValueError) as exc:
-        raise CheckpointError(f"{source} holds an invalid trainer state: {exc}") from None
-    if optimizers and len(ckpt.get("optimizers", [])) != len(optimizers):
-        raise CheckpointError(
-            f"{source} has {len(ckpt.get('optimizers', []))} optimizer state(s) but configure_optimizers() "
-            f"returned {len(optimizers)} optimizer(s)"
-        )
-    if schedulers and len(ckpt.get("schedulers", [])) != len(schedulers):
-        raise CheckpointError(
-            f"{source} has {len(ckpt.get('schedulers', []))} LR scheduler state(s) but configure_optimizers() "
-            f"returned {len(schedulers)}"
-        )
+    state = check_resumable(ckpt, module, optimizers, schedulers, source)
     strategy.load_model_state_dict(module, ckpt["model"])
+    saved_grads = ckpt.get("grads") or {}
+    for name, param in module.named_parameters():
+        grad = saved_grads.get(name)
+        param.grad = None if grad is None else grad.to(device=param.device, dtype=param.dtype)
     for optimizer, saved in zip(optimizers, ckpt.get("optimizers", []), strict=False):
         strategy.load_optimizer_state_dict(module, optimizer, saved)
     for sched, saved in zip(schedulers, ckpt.get("schedulers", []), strict=False):

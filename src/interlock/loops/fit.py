@@ -92,8 +92,11 @@ def _reenter_epoch(drv: Driver, ctx: RunContext, epoch: _Epoch) -> None:
     """
     data = drv.state.data
     epoch.data.set_epoch(drv.counters.epoch)
-    epoch.it = epoch.data.iterate(drv.counters.batch_idx, data.get("seed"), data.get("dataset"))
     epoch.exhausted = bool(data.get("exhausted"))
+    if epoch.exhausted or _epoch_over(drv, epoch):  # nothing left to read: leave the loader's own state alone
+        epoch.it = iter(())
+    else:
+        epoch.it = epoch.data.iterate(drv.counters.batch_idx, data.get("seed"), data.get("dataset"))
     epoch.data.last_outputs = data.get("last_train")
     drv.evolve(data={k: v for k, v in data.items() if k not in ("dataset", "last_train")})
 

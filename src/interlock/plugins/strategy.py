@@ -8,7 +8,7 @@ when there is one), a metric reducer, a flag agreement, and data sharding.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -33,7 +33,12 @@ class Distributed:
 
 
 class Strategy:
-    """Base: one process, one device."""
+    """Base: one process, one device.
+
+    The state-dict hooks let a strategy that shards the module (FSDP) gather full
+    state dicts for checkpoints and scatter them back on resume; by default they
+    are the plain ``state_dict``/``load_state_dict`` calls.
+    """
 
     name = "single_device"
 
@@ -46,9 +51,36 @@ class Strategy:
     def is_global_zero(self) -> bool:
         return self.global_rank == 0
 
+    @property
+    def launches_processes(self) -> bool:
+        """Whether :meth:`launch` runs ``fn`` in new processes (so the caller's objects do not train)."""
+        return False
+
+    def describe(self) -> str:
+        """The strategy as one short phrase for the start-up line."""
+        return self.name
+
     def launch(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run ``fn`` in every process of the job (this one, for in-process strategies)."""
+        """Run ``fn`` in every process of the job (this one, for in-process strategies); return rank 0's result."""
         return fn(*args)
+
+    def model_state_dict(self, module: torch.nn.Module) -> dict[str, Any]:
+        """The module's full (unsharded) state dict; may be empty on ranks other than 0."""
+        return module.state_dict()
+
+    def optimizer_state_dict(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """The optimizer's full state dict in ``torch.optim`` form (integer parameter ids)."""
+        return optimizer.state_dict()
+
+    def load_model_state_dict(self, module: torch.nn.Module, state: Mapping[str, Any]) -> None:
+        """Load a full state dict (as :meth:`model_state_dict` returns) into ``module``."""
+        module.load_state_dict(state)
+
+    def load_optimizer_state_dict(
+        self, module: torch.nn.Module, optimizer: torch.optim.Optimizer, state: Mapping[str, Any]
+    ) -> None:
+        """Load a full optimizer state dict (as :meth:`optimizer_state_dict` returns)."""
+        optimizer.load_state_dict(dict(state))
 
     def setup_environment(self, device: torch.device, backend: str) -> None:
         """Join the process group (no-op for one process)."""
@@ -64,7 +96,7 @@ class Strategy:
         return obj
 
     def teardown(self) -> None:
-        """Leave the process group and release what :meth:`setup_environment` took."""
+        """Release what :meth:`setup_module` made (wrappers); a process group stays for the next stage."""
 
 
 class SingleDevice(Strategy):

@@ -20,6 +20,7 @@ import attrs
 from interlock.connectors import checkpoint as ckpt_connector
 from interlock.connectors.data import EpochData, prepare_loader
 from interlock.connectors.hardware import Hardware
+from interlock.connectors.metrics import scalars
 from interlock.connectors.optim import configure_optimizers
 from interlock.connectors.rng import seed_everything
 from interlock.connectors.signals import PreemptionFlag
@@ -87,10 +88,14 @@ class Session:
             self.runtime.effects[SetLearningRate] = lambda u: _set_lr(ctx, u)
             self.runtime.effects[ReplaceOptimizer] = lambda u: _replace_optimizer(ctx, u)
 
-    def _load(self, ckpt_path: Any, ctx: RunContext) -> dict[str, Any]:
+    def _load(self, ckpt_path: Any, ctx: RunContext, resume: bool = False) -> dict[str, Any]:
+        """Read and check a checkpoint (all of it when ``resume``); changes nothing."""
         path = resolve_ckpt_path(ckpt_path, self.root)
         ckpt = self.checkpoint_io.load_checkpoint(path, map_location=ctx.device)
-        ckpt_connector.check_fits(ckpt, ctx.module, str(path))
+        if resume:
+            ckpt_connector.check_resumable(ckpt, ctx.module, ctx.optimizers, ctx.schedulers, str(path))
+        else:
+            ckpt_connector.check_fits(ckpt, ctx.module, str(path))
         return ckpt
 
     def _restore(self, ckpt: dict[str, Any], ctx: RunContext, source: str) -> None:
@@ -104,6 +109,8 @@ class Session:
 
     def save(self, path: str, state: TrainerState, ctx: RunContext) -> None:
         train = ctx.data.get("train")
+        if train is not None and train.last_outputs is not None:  # the epoch's train metrics, if resumed mid-way
+            state = attrs.evolve(state, data={**state.data, "last_train": scalars(train.last_outputs, "train")})
         payload = ckpt_connector.dump(
             state,
             ctx.module,
@@ -123,7 +130,10 @@ class Session:
         flag = PreemptionFlag(self.preempt_signals)
         ctx.preemption = flag
         ctx.request_preemption_save = lambda: self.runtime.apply(
-            SaveCheckpoint(str(self.run_dir / "checkpoints" / "last.ckpt"), tag="preempted"), source="preemption"
+            SaveCheckpoint(
+                str(Path(self.runtime.state.run_dir or self.run_dir) / "checkpoints" / "last.ckpt"), "preempted"
+            ),
+            source="preemption",
         )
         self.runtime.save_checkpoint = lambda path, state: self.save(path, state, ctx)
         self.runtime.metric_mode = module.mode_of
@@ -140,7 +150,7 @@ class Session:
             if self.hardware.strategy.is_global_zero:
                 print(self.hardware.describe(), file=sys.stderr)
             if ckpt_path is not None:
-                loaded["ckpt"] = self._load(ckpt_path, ctx)
+                loaded["ckpt"] = self._load(ckpt_path, ctx, resume=True)
             flag.install()
 
         def body() -> None:

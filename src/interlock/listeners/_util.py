@@ -1,0 +1,61 @@
+"""Small helpers shared by the built-in listeners (they see only ``interlock.core``)."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from interlock.core.state import TrainerState
+
+__all__ = ["ROW_KEYS", "format_metrics", "loss_tensor", "output_dir", "row_metrics"]
+
+#: Keys of a history row that describe it rather than measure something.
+ROW_KEYS = ("stage", "epoch", "global_step")
+
+
+def output_dir(save_dir: str | os.PathLike[str] | None, state: TrainerState, who: str) -> Path:
+    """``save_dir`` when given, else the run directory the trainer put in the state."""
+    if save_dir is not None:
+        return Path(save_dir)
+    if not state.run_dir:
+        raise RuntimeError(
+            f"{who} has no output directory: state.run_dir is empty (it is set by the Trainer); "
+            f"pass {who}(save_dir=...) to choose one"
+        )
+    return Path(state.run_dir)
+
+
+def loss_tensor(outputs: Any) -> torch.Tensor | None:
+    """The loss in what a training step returned (a tensor, or a dict's ``"loss"``); None when absent."""
+    if isinstance(outputs, torch.Tensor):
+        return outputs
+    if isinstance(outputs, Mapping):
+        loss = outputs.get("loss")
+        return loss if isinstance(loss, torch.Tensor) else None
+    return None
+
+
+def row_metrics(row: Mapping[str, Any]) -> dict[str, float]:
+    """The numeric measurements of a history row (its descriptive keys left out)."""
+    return {
+        k: float(v)
+        for k, v in row.items()
+        if k not in ROW_KEYS and isinstance(v, int | float) and not isinstance(v, bool)
+    }
+
+
+def format_metrics(metrics: Mapping[str, Any]) -> str:
+    """``name=value`` pairs with 4 significant digits, in name order."""
+    parts = []
+    for name in sorted(metrics):
+        value = metrics[name]
+        if isinstance(value, float) and math.isfinite(value):
+            parts.append(f"{name}={value:.4g}")
+        else:
+            parts.append(f"{name}={value}")
+    return " ".join(parts)

@@ -1,0 +1,337 @@
+"""ModelCheckpoint: save checkpoints during fit, keep the best k (Lightning's names and rules).
+
+The listener decides; it never writes a checkpoint itself. At a save point it
+returns :class:`~interlock.SaveCheckpoint` updates (the trainer writes the file
+atomically at that checkpointable state) and stores its bookkeeping (the top-k
+paths and scores, the last path, when it last saved) in the trainer state, so a
+resumed run continues it. A file that falls out of the top k is deleted at a
+later event, and only once the file that replaced it exists.
+
+Save points:
+
+- ``fit.train.batch.end``: every ``every_n_train_steps`` optimizer steps, or when
+  ``train_time_interval`` has passed since the last save;
+- ``fit.train.val.end``: after each validation, in epochs that
+  ``every_n_epochs`` selects (the default: every epoch), so ``monitor`` sees fresh
+  validation metrics;
+- ``fit.train.epoch_end``: in those epochs when no validation ran in the epoch;
+  and ``last.ckpt`` is rewritten at every epoch end when ``save_last``.
+
+ModelCheckpoint handles the same events as EarlyStopping and relies on the
+default listener order (it is last in ``default_listeners()``): by the time it
+saves, the other listeners' updates for the event are in the state it saves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import math
+import os
+import re
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from interlock.core.events import Event, Handler, Listener
+from interlock.core.state import TrainerState
+from interlock.core.updates import SaveCheckpoint, Update
+
+__all__ = ["ModelCheckpoint"]
+
+_PLACEHOLDER = re.compile(r"\{([^{}:]+)(?::([^{}]*))?\}")
+
+
+def _int_or_none(name: str, value: Any, low: int) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ValueError(f"ModelCheckpoint({name}={value!r}) must be None or an int >= {low}")
+    return value
+
+
+class ModelCheckpoint(Listener):
+    """Save checkpoints during fit; keep the ``save_top_k`` best by ``monitor``.
+
+    Args:
+        dirpath: where files go; default ``<state.run_dir>/checkpoints``.
+        filename: name template without extension; ``{epoch}``, ``{step}`` (the
+            global step) and any metric (``{val_loss:.3f}``) are filled in; a
+            placeholder not already written as ``name={name}`` gets ``name=`` put
+            in front, as in Lightning. Default ``"epoch={epoch}-step={step}"``.
+        monitor: metric that ranks checkpoints; ``None`` keeps the latest.
+        mode: ``"min"`` or ``"max"``: which direction of ``monitor`` is better.
+        save_top_k: files to keep (``-1``: all, ``0``: none besides ``last.ckpt``).
+        save_last: also write ``last.ckpt`` at every save point and epoch end.
+        every_n_train_steps: save every N optimizer steps.
+        every_n_epochs: save in every N-th epoch (default 1 when no other trigger is set).
+        train_time_interval: save when this much wall time has passed (timedelta or seconds).
+        key: name of this listener's state; give two instances different keys.
+
+    """
+
+    CHECKPOINT_NAME_LAST = "last"
+    FILE_EXTENSION = ".ckpt"
+
+    def __init__(
+        self,
+        dirpath: str | os.PathLike[str] | None = None,
+        filename: str | None = None,
+        monitor: str | None = None,
+        mode: str = "min",
+        save_top_k: int = 1,
+        save_last: bool | None = None,
+        every_n_train_steps: int | None = None,
+        every_n_epochs: int | None = None,
+        train_time_interval: datetime.timedelta | float | None = None,
+        key: str | None = None,
+    ) -> None:
+        if mode not in ("min", "max"):
+            raise ValueError(f"ModelCheckpoint(mode={mode!r}); choose 'min' (lower is better) or 'max'")
+        if not isinstance(save_top_k, int) or isinstance(save_top_k, bool) or save_top_k < -1:
+            raise ValueError(f"ModelCheckpoint(save_top_k={save_top_k!r}) must be an int >= -1 (-1 keeps all)")
+        if monitor is None and save_top_k not in (-1, 0, 1):
+            raise ValueError(
+                f"ModelCheckpoint(save_top_k={save_top_k}) needs a monitor to rank checkpoints; "
+                "pass monitor='val_loss' (for example), or save_top_k=-1 to keep every checkpoint"
+            )
+        if monitor is not None and (not isinstance(monitor, str) or not monitor):
+            raise ValueError(f"ModelCheckpoint(monitor={monitor!r}) must be None or a metric name such as 'val_loss'")
+        if save_last not in (None, True, False):
+            raise ValueError(f"ModelCheckpoint(save_last={save_last!r}) must be None, True or False")
+        if filename is not None and (not isinstance(filename, str) or not filename):
+            raise ValueError(f"ModelCheckpoint(filename={filename!r}) must be a non-empty template string")
+        steps = _int_or_none("every_n_train_steps", every_n_train_steps, 0)
+        epochs = _int_or_none("every_n_epochs", every_n_epochs, 0)
+        interval = train_time_interval
+        if isinstance(interval, datetime.timedelta):
+            interval = interval.total_seconds()
+        bad = isinstance(interval, bool) or not isinstance(interval, int | float) or interval <= 0
+        if interval is not None and bad:
+            raise ValueError(
+                f"ModelCheckpoint(train_time_interval={train_time_interval!r}) must be None, "
+                "a datetime.timedelta or a number of seconds > 0"
+            )
+        if sum(x is not None for x in (steps, epochs, interval)) > 1:
+            raise ValueError(
+                f"ModelCheckpoint: every_n_train_steps={every_n_train_steps!r}, every_n_epochs={every_n_epochs!r} "
+                f"and train_time_interval={train_time_interval!r} are mutually exclusive; set at most one"
+            )
+        if steps is None and epochs is None and interval is None:
+            epochs = 1
+        self.dirpath = None if dirpath is None else Path(dirpath)
+        self.filename = filename if filename is not None else "epoch={epoch}-step={step}"
+        self.monitor = monitor
+        self.mode = mode
+        self.save_top_k = save_top_k
+        self.save_last = bool(save_last)
+        self.every_n_train_steps = steps or 0
+        self.every_n_epochs = epochs or 0
+        self.train_time_interval: float | None = None if interval is None else float(interval)
+        if key is not None:
+            self.key = key
+
+    # -- events --------------------------------------------------------------------------
+    def subscriptions(self) -> Iterator[tuple[str, Handler, int | None, bool | int]]:
+        if self.every_n_train_steps or self.train_time_interval is not None:
+            yield "fit.train.batch.end", self.on_train_batch_end, None, False
+        if self.every_n_epochs:
+            yield "fit.train.val.end", self.on_validation_end, None, False
+        yield "fit.train.epoch_end", self.on_train_epoch_end, None, False
+        yield "fit.end", self.on_fit_end, None, False
+
+    def on_train_batch_end(self, event: Event, state: TrainerState) -> list[Update] | None:
+        stored = self.stored(state)
+        step = state.global_step
+        if step == stored.get("last_step", 0):
+            return self._tidy(state)
+        if self.every_n_train_steps:
+            if step % self.every_n_train_steps == 0:
+                return self._save(state, top_k=True)
+            return self._tidy(state)
+        last_time = stored.get("last_time")
+        now = time.time()
+        if last_time is None:  # the clock starts at the first batch of the run
+            return [self.store(state, last_time=now)]
+        if now - last_time >= (self.train_time_interval or 0.0):
+            return self._save(state, top_k=True, last_time=now)
+        return self._tidy(state)
+
+    def on_validation_end(self, event: Event, state: TrainerState) -> list[Update] | None:
+        if self._epoch_due(state) and state.global_step != self.stored(state).get("last_step", 0):
+            return self._save(state, top_k=True)
+        return self._tidy(state)
+
+    def on_train_epoch_end(self, event: Event, state: TrainerState) -> list[Update] | None:
+        self._check_monitor(state)
+        top_k = (
+            self._epoch_due(state)
+            and not _validated_in_epoch(state)
+            and state.global_step != self.stored(state).get("last_step", 0)
+        )
+        if top_k or self.save_last:
+            return self._save(state, top_k=top_k)
+        return self._tidy(state)
+
+    def on_fit_end(self, event: Event, state: TrainerState) -> list[Update] | None:
+        return self._tidy(state)
+
+    # -- what is stored -------------------------------------------------------------------
+    def best_k_models(self, state: TrainerState) -> dict[str, float | None]:
+        """The kept checkpoints: path -> score (``None`` without a monitor)."""
+        return dict(self.stored(state).get("best_k", {}))
+
+    def best_model_path(self, state: TrainerState) -> str:
+        """The best checkpoint so far (the latest one without a monitor); ``""`` before any."""
+        return str(self.stored(state).get("best", ""))
+
+    def best_model_score(self, state: TrainerState) -> float | None:
+        """The monitored value of :meth:`best_model_path`."""
+        return self.stored(state).get("best_score")
+
+    def last_model_path(self, state: TrainerState) -> str:
+        """The ``last.ckpt`` path once written (``save_last``); ``""`` before."""
+        return str(self.stored(state).get("last", ""))
+
+    def format_checkpoint_name(self, state: TrainerState, ver: int | None = None) -> str:
+        """The file name ``filename`` gives at ``state`` (with ``-v<ver>`` when given)."""
+        values: dict[str, Any] = {**state.metrics, "epoch": state.epoch, "step": state.global_step}
+        template = self.filename
+
+        def fill(match: re.Match[str]) -> str:
+            name, spec = match.group(1), match.group(2) or ""
+            text = format(values.get(name, 0), spec)
+            named = template[: match.start()].endswith(f"{name}=")
+            return text if named else f"{name}={text}"
+
+        name = _PLACEHOLDER.sub(fill, template)
+        return f"{name}{'' if ver is None else f'-v{ver}'}{self.FILE_EXTENSION}"
+
+    # -- deciding ---------------------------------------------------------------------------
+    def _epoch_due(self, state: TrainerState) -> bool:
+        return bool(self.every_n_epochs) and (state.epoch + 1) % self.every_n_epochs == 0
+
+    def _directory(self, state: TrainerState) -> Path:
+        if self.dirpath is not None:
+            return self.dirpath
+        if not state.run_dir:
+            raise RuntimeError("ModelCheckpoint has no directory: state.run_dir is empty; pass dirpath=...")
+        return Path(state.run_dir) / "checkpoints"
+
+    def _score(self, state: TrainerState) -> tuple[bool, float | None]:
+        """Whether a top-k save can be ranked now, and the score (``None`` without a monitor)."""
+        if self.monitor is None:
+            return True, None
+        value = state.metrics.get(self.monitor)
+        if value is None:
+            return False, None
+        value = float(value)
+        if math.isnan(value):  # never better than a real value
+            value = math.inf if self.mode == "min" else -math.inf
+        return True, value
+
+    def _check_monitor(self, state: TrainerState) -> None:
+        """At an epoch end every metric has appeared once validation ran: a missing monitor is a mistake."""
+        if self.monitor is None or self.monitor in state.metrics:
+            return
+        if state.counts.get("fit.train.val.end", 0) > 0 or self.monitor.startswith("train_"):
+            raise KeyError(
+                f"ModelCheckpoint(monitor={self.monitor!r}) found no such metric; the metrics are "
+                f"{sorted(state.metrics)}: return it from a step or fix 'monitor'"
+            )
+
+    def _better(self, a: float | None, b: float | None) -> bool:
+        if a is None or b is None:
+            return True
+        return a < b if self.mode == "min" else a > b
+
+    def _save(self, state: TrainerState, top_k: bool, **extra: Any) -> list[Update]:
+        """Updates that save at this point: the top-k file when it qualifies, and ``last.ckpt``."""
+        stored = self.stored(state)
+        directory = self._directory(state)
+        best_k: dict[str, float | None] = dict(stored.get("best_k", {}))
+        added: list[list[str]] = []
+        saves: list[Update] = []
+        values: dict[str, Any] = {"last_step": state.global_step, **extra}
+        ranked, score = self._score(state) if top_k and self.save_top_k != 0 else (False, None)
+        if ranked:
+            dropped: list[str] = []
+            if self.monitor is None:
+                dropped = list(best_k) if self.save_top_k == 1 else []
+            elif self.save_top_k != -1 and len(best_k) >= self.save_top_k:
+                worst = max(best_k, key=lambda p: _rank(best_k[p], self.mode))
+                dropped = [worst] if self._better(score, best_k[worst]) else []
+                ranked = bool(dropped)
+            if ranked:
+                path = self._free_path(state, directory, best_k, dropped, stored.get("last", ""))
+                for old in dropped:
+                    del best_k[old]
+                    if old != path:
+                        added.append([old, path])
+                best_k[path] = score
+                best = path if self.monitor is None else min(best_k, key=lambda p: _rank(best_k[p], self.mode))
+                values.update(best_k=best_k, best=best, best_score=best_k[best])
+                saves.append(SaveCheckpoint(path, tag="top_k"))
+        if self.save_last:
+            last = str(directory / f"{self.CHECKPOINT_NAME_LAST}{self.FILE_EXTENSION}")
+            values["last"] = last
+            saves.append(SaveCheckpoint(last, tag="last"))
+        keep = set(best_k) | {values.get("last", stored.get("last", ""))}
+        earlier = [list(pair) for pair in stored.get("remove", ())]
+        # Files dropped now wait until the next event: their replacements are written after this returns.
+        _remove_replaced(earlier, keep)
+        values["remove"] = added
+        return [self.store(state, **values), *saves]
+
+    def _free_path(
+        self, state: TrainerState, directory: Path, best_k: Mapping[str, Any], dropped: list[str], last: str
+    ) -> str:
+        """The formatted path, versioned (``-v1``...) when a kept checkpoint already has it."""
+        taken = (set(best_k) - set(dropped)) | {last}
+        path, ver = str(directory / self.format_checkpoint_name(state)), 0
+        while path in taken:
+            ver += 1
+            path = str(directory / self.format_checkpoint_name(state, ver))
+        return path
+
+    def _tidy(self, state: TrainerState) -> list[Update] | None:
+        """Delete the files dropped at the previous save point; ``None`` when there are none."""
+        stored = self.stored(state)
+        pending = stored.get("remove", ())
+        if not pending:
+            return None
+        keep = set(stored.get("best_k", {})) | {stored.get("last", "")}
+        _remove_replaced(pending, keep)
+        return [self.store(state, remove=[])]
+
+
+def _remove_replaced(pending: Any, keep: set[str]) -> None:
+    """Delete each dropped file ``old`` once its replacement ``new`` exists.
+
+    Called at the first event after the save point that dropped them, when the
+    replacement has been written; if it was not (a failed write, or a process
+    that does not write), ``old`` stays. Either way the pair is then forgotten,
+    so the stored state never depends on what is on disk.
+    """
+    for old, new in pending:
+        if old not in keep and os.path.exists(new):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(old)
+
+
+def _validated_in_epoch(state: TrainerState) -> bool:
+    """Whether validation ran in the current epoch (its rows are the history's latest)."""
+    for row in reversed(state.history):
+        if row.get("epoch") != state.epoch:
+            return False
+        if row.get("stage") == "val":
+            return True
+    return False
+
+
+def _rank(score: float | None, mode: str) -> float:
+    """Lower is better, whatever the mode."""
+    if score is None:
+        return math.inf
+    return score if mode == "min" else -score

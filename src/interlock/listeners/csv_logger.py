@@ -1,0 +1,86 @@
+"""CSVLogger: the run's metric history as a CSV file, one row per history entry."""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from interlock.core.events import Event, Listener, listen
+from interlock.core.state import TrainerState
+from interlock.core.updates import SetListenerState
+from interlock.listeners._util import ROW_KEYS, output_dir
+
+__all__ = ["CSVLogger"]
+
+
+class CSVLogger(Listener):
+    """Write ``state.history`` to ``<save_dir or run_dir>/<name>``, a row as each entry appears.
+
+    Rows come at the end of each training epoch, validation, ``validate`` and
+    ``test``. Columns are ``stage, epoch, global_step`` and then the metric names
+    in order of appearance; when a new name appears the file is rewritten with the
+    wider header. Each row is flushed as it is written. The rows written and the
+    columns are kept in the listener's stored state; on the first write of a
+    process (e.g. after resuming) the file is rewritten from the history, so it
+    always equals ``state.history``.
+    """
+
+    def __init__(self, save_dir: str | os.PathLike[str] | None = None, name: str = "metrics.csv") -> None:
+        if not isinstance(name, str) or not name or Path(name).name != name:
+            raise ValueError(f"CSVLogger(name={name!r}) must be a plain file name such as 'metrics.csv'")
+        self.save_dir = save_dir
+        self.name = name
+        self._synced: Path | None = None  # the file this process has rewritten from the history
+
+    def file(self, state: TrainerState) -> Path:
+        """The CSV file for the run ``state`` describes."""
+        return output_dir(self.save_dir, state, "CSVLogger") / self.name
+
+    @listen("fit.train.epoch_end")
+    @listen("fit.train.val.end")
+    @listen("validate.end")
+    @listen("test.end")
+    @listen("teardown")
+    def on_rows(self, event: Event, state: TrainerState) -> SetListenerState | None:
+        stored = self.stored(state)
+        written = int(stored.get("rows", 0))
+        history = state.history
+        if not history or (len(history) == written and self._synced is not None):
+            return None
+        fields = list(stored.get("fields", ROW_KEYS))
+        for row in history[written:]:
+            fields.extend(k for k in row if k not in fields)
+        path = self.file(state)
+        if path != self._synced or len(history) < written or len(fields) > len(stored.get("fields", ROW_KEYS)):
+            _rewrite(path, fields, history)
+            self._synced = path
+        else:
+            _append(path, fields, history[written:])
+        return self.store(state, rows=len(history), fields=fields)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_synced": None}
+
+
+def _cell(value: Any) -> Any:
+    return repr(value) if isinstance(value, float) else value
+
+
+def _rewrite(path: Path, fields: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(fields), restval="")
+        writer.writeheader()
+        writer.writerows({k: _cell(v) for k, v in row.items()} for row in rows)
+    os.replace(tmp, path)
+
+
+def _append(path: Path, fields: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> None:
+    with path.open("a", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(fields), restval="")
+        writer.writerows({k: _cell(v) for k, v in row.items()} for row in rows)
+        fh.flush()

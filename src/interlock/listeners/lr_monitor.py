@@ -1,0 +1,60 @@
+"""LearningRateMonitor: log the optimizers' learning rates as metrics.
+
+Listeners never see optimizers, so this reads the rates from the event payload:
+``payload["lr"]`` must be a sequence with one ``(optimizer_class_name,
+(lr_of_group_0, lr_of_group_1, ...))`` pair per optimizer, on
+``fit.train.epoch_start`` (``logging_interval="epoch"``) or
+``fit.train.batch.optimizer_step`` (``"step"``). The trainer has to attach it;
+without it the monitor raises a ``RuntimeError`` that says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from interlock.core.events import Event, Handler, Listener
+from interlock.core.updates import LogMetrics
+
+__all__ = ["LR_PAYLOAD_KEY", "LearningRateMonitor", "lr_metric_names"]
+
+LR_PAYLOAD_KEY = "lr"
+_EVENTS = {"epoch": "fit.train.epoch_start", "step": "fit.train.batch.optimizer_step"}
+
+
+def lr_metric_names(optimizers: Sequence[tuple[str, Sequence[float]]]) -> list[str]:
+    """Lightning's names: ``lr-<Class>``, ``-<k>`` for the k-th repeat of a class, ``/pg<i>`` per group (1-based)."""
+    seen: dict[str, int] = {}
+    names: list[str] = []
+    for cls, groups in optimizers:
+        k = seen.get(cls, 0)
+        seen[cls] = k + 1
+        base = f"lr-{cls}" + (f"-{k}" if k else "")
+        if len(groups) == 1:
+            names.append(base)
+        else:
+            names.extend(f"{base}/pg{i + 1}" for i in range(len(groups)))
+    return names
+
+
+class LearningRateMonitor(Listener):
+    """Return ``LogMetrics({"lr-SGD": 0.1, ...})`` every epoch (default) or every optimizer step."""
+
+    def __init__(self, logging_interval: str = "epoch") -> None:
+        if logging_interval not in _EVENTS:
+            raise ValueError(f"LearningRateMonitor(logging_interval={logging_interval!r}); choose 'epoch' or 'step'")
+        self.logging_interval = logging_interval
+
+    def subscriptions(self) -> Iterator[tuple[str, Handler, int | None, bool | int]]:
+        yield _EVENTS[self.logging_interval], self.on_log, None, False
+
+    def on_log(self, event: Event) -> LogMetrics:
+        optimizers: Any = event.payload.get(LR_PAYLOAD_KEY)
+        if optimizers is None:
+            raise RuntimeError(
+                f"LearningRateMonitor needs the learning rates in the payload of {event.name!r} "
+                f"(key {LR_PAYLOAD_KEY!r}: one (optimizer class name, (lr per param group, ...)) per optimizer), "
+                "and this trainer does not provide them; remove LearningRateMonitor from the listeners"
+            )
+        rates = [float(lr) for _, groups in optimizers for lr in groups]
+        return LogMetrics(dict(zip(lr_metric_names(optimizers), rates, strict=True)))

@@ -1,0 +1,204 @@
+"""ProgressBar: tqdm bars for training and evaluation, or plain lines when not on a terminal."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, TextIO
+
+from interlock.core.events import Event, Listener, listen
+from interlock.core.state import TrainerState
+from interlock.listeners._util import format_metrics, loss_tensor
+
+__all__ = ["ProgressBar"]
+
+#: Evaluation loops (chart paths) and how the bar names them.
+_EVAL = {
+    "fit.sanity": "Sanity Checking",
+    "fit.train.val": "Validation",
+    "validate": "Validation",
+    "test": "Testing",
+    "predict": "Predicting",
+}
+#: The metrics each evaluation loop reports.
+_PREFIX = {"fit.train.val": "val_", "validate": "val_", "test": "test_"}
+_MODES = ("auto", "bar", "lines")
+
+
+class ProgressBar(Listener):
+    """Lightning's ``TQDMProgressBar``: epoch, batch, loss, it/s, and the evaluation loops.
+
+    ``refresh_rate``: update the training bar (and read the loss with one
+    ``.item()``) every N batches; ``0`` disables all output. ``mode``: ``"bar"``
+    (tqdm), ``"lines"`` (one plain line per epoch and per validation / test, with
+    the latest metrics), or ``"auto"``: bars when the output is a terminal, lines
+    otherwise. ``leave`` keeps each finished epoch's bar on screen instead of
+    reusing one. ``file`` defaults to ``sys.stdout`` (looked up when used).
+    Bars are display only: nothing here is run state, so nothing is stored.
+    """
+
+    def __init__(self, refresh_rate: int = 1, mode: str = "auto", leave: bool = False, file: TextIO | None = None):
+        if not isinstance(refresh_rate, int) or isinstance(refresh_rate, bool) or refresh_rate < 0:
+            raise ValueError(f"ProgressBar(refresh_rate={refresh_rate!r}) must be an int >= 0 (0 disables it)")
+        if mode not in _MODES:
+            raise ValueError(f"ProgressBar(mode={mode!r}); choose 'auto', 'bar' or 'lines'")
+        self.refresh_rate = refresh_rate
+        self.mode = mode
+        self.leave = leave
+        self.file = file
+        self._bars: dict[str, Any] = {}
+        self._started: dict[str, tuple[float, int]] = {}  # loop -> (clock, batches done) at its start
+        self._total: int | None = None  # batches of a training epoch, learned from the last one
+        self._use_bars: bool | None = None
+
+    # -- output ------------------------------------------------------------------------
+    @property
+    def enabled(self) -> bool:
+        return self.refresh_rate > 0
+
+    def _stream(self) -> TextIO:
+        return self.file if self.file is not None else sys.stdout
+
+    def _bars_mode(self) -> bool:
+        if self._use_bars is None:
+            if self.mode == "auto":
+                isatty = getattr(self._stream(), "isatty", None)
+                self._use_bars = bool(isatty is not None and isatty())
+            else:
+                self._use_bars = self.mode == "bar"
+        return self._use_bars
+
+    def _line(self, text: str) -> None:
+        print(text, file=self._stream(), flush=True)
+
+    def _bar(self, loop: str, desc: str, total: int | None, initial: int, leave: bool) -> Any:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(
+            total=total, initial=initial, desc=desc, leave=leave, file=self._stream(), dynamic_ncols=True, unit="it"
+        )
+        self._bars[loop] = bar
+        return bar
+
+    def _rate(self, loop: str, done: int) -> str:
+        start = self._started.pop(loop, None)
+        if start is None:
+            return ""
+        seconds = time.monotonic() - start[0]
+        return f", {(done - start[1]) / seconds:.1f} it/s" if seconds > 0 else ""
+
+    # -- training --------------------------------------------------------------------
+    @listen("setup")
+    def on_setup(self, event: Event) -> None:
+        self.close()
+        self._use_bars = None
+
+    @listen("fit.train.epoch_start")
+    def on_train_epoch_start(self, event: Event) -> None:
+        self._started["train"] = (time.monotonic(), event.batch_idx)
+        if self.enabled and self._bars_mode():
+            self._train_bar(event)
+
+    def _train_bar(self, event: Event) -> Any:
+        desc, bar = f"Epoch {event.epoch}", self._bars.get("train")
+        if bar is None:
+            return self._bar("train", desc, self._total, event.batch_idx, leave=True)
+        bar.set_description(desc, refresh=False)
+        bar.set_postfix_str("", refresh=False)
+        bar.reset(total=self._total)
+        if event.batch_idx:
+            bar.update(event.batch_idx)
+        return bar
+
+    @listen("fit.train.batch.end")
+    def on_train_batch_end(self, event: Event) -> None:
+        n = event.batch_idx
+        if not self.enabled or n % self.refresh_rate or not self._bars_mode():
+            return
+        bar = self._bars.get("train")
+        if bar is None:  # resumed inside an epoch (tqdm objects must not be used as booleans)
+            bar = self._train_bar(event)
+        loss = loss_tensor(event.payload.get("outputs"))
+        if loss is not None and loss.numel() == 1:
+            bar.set_postfix(loss=f"{loss.detach().item():.4g}", refresh=False)
+        bar.update(n - bar.n)
+
+    @listen("fit.train.epoch_end")
+    def on_train_epoch_end(self, event: Event, state: TrainerState) -> None:
+        n = event.batch_idx
+        self._total = max(self._total or 0, n) or None
+        rate = self._rate("train", n)
+        if not self.enabled:
+            return
+        metrics = format_metrics(state.metrics)
+        bar = self._bars.get("train")
+        if bar is not None:
+            bar.set_postfix_str(metrics, refresh=False)
+            bar.update(n - bar.n)
+            bar.refresh()
+            if self.leave:
+                self._bars.pop("train").close()
+        elif not self._bars_mode():
+            self._line(f"Epoch {event.epoch}: {n} batches{rate}" + (f" | {metrics}" if metrics else ""))
+
+    # -- evaluation ------------------------------------------------------------------
+    @listen("fit.sanity.start")
+    @listen("fit.train.val.start")
+    @listen("validate.start")
+    @listen("test.start")
+    @listen("predict.start")
+    def on_eval_start(self, event: Event) -> None:
+        loop = event.name.removesuffix(".start")
+        self._started[loop] = (time.monotonic(), 0)
+        if self.enabled and self._bars_mode():
+            self._eval_bar(loop)
+
+    def _eval_bar(self, loop: str) -> Any:
+        return self._bar(loop, _EVAL[loop], None, 0, leave=not loop.startswith("fit."))
+
+    @listen("fit.sanity.batch.end")
+    @listen("fit.train.val.batch.end")
+    @listen("validate.batch.end")
+    @listen("test.batch.end")
+    @listen("predict.batch.end")
+    def on_eval_batch_end(self, event: Event) -> None:
+        if self.enabled and self._bars_mode():
+            loop = event.name.removesuffix(".batch.end")
+            bar = self._bars.get(loop)
+            (self._eval_bar(loop) if bar is None else bar).update(1)
+
+    @listen("fit.sanity.end")
+    @listen("fit.train.val.end")
+    @listen("validate.end")
+    @listen("test.end")
+    @listen("predict.end")
+    def on_eval_end(self, event: Event, state: TrainerState) -> None:
+        loop = event.name.removesuffix(".end")
+        n = state.progress.eval_batch_idx
+        rate = self._rate(loop, n)
+        prefix = _PREFIX.get(loop)
+        metrics = format_metrics({k: v for k, v in state.metrics.items() if k.startswith(prefix)}) if prefix else ""
+        bar = self._bars.pop(loop, None)
+        if bar is not None:
+            if metrics:
+                bar.set_postfix_str(metrics, refresh=False)
+            bar.close()
+        elif self.enabled and loop != "fit.sanity" and not self._bars_mode():
+            where = f" (epoch {event.epoch})" if loop == "fit.train.val" else ""
+            self._line(f"{_EVAL[loop]}{where}: {n} batches{rate}" + (f" | {metrics}" if metrics else ""))
+
+    # -- the end ---------------------------------------------------------------------
+    @listen("teardown")
+    @listen("failed")
+    @listen("interrupted")
+    def on_end(self, event: Event) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close every open bar."""
+        bars, self._bars = self._bars, {}
+        for bar in bars.values():
+            bar.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_bars": {}}

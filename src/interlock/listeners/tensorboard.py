@@ -1,0 +1,112 @@
+"""TensorBoardLogger: the run's metrics as TensorBoard event files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from interlock.core.events import Event, Listener, listen
+from interlock.core.state import TrainerState
+from interlock.core.updates import SetListenerState
+from interlock.listeners._util import loss_tensor, output_dir, row_metrics
+
+__all__ = ["TensorBoardLogger"]
+
+
+class TensorBoardLogger(Listener):
+    """Write scalars with ``torch.utils.tensorboard.SummaryWriter`` to ``save_dir`` (default: the run dir).
+
+    Every history row (training epoch end, validation, ``validate``, ``test``)
+    becomes one scalar per metric, plus ``epoch``, at the row's ``global_step``.
+    Every ``log_every_n_steps`` optimizer steps the training loss of that batch is
+    written as ``train_loss_step`` (one ``.item()`` sync per logged step); ``0``
+    turns that off. The writer is created on the first write and closed when the
+    stage ends; the rows written are kept in the stored state, so a resumed run
+    writes only the rows that came after its checkpoint. Needs the ``tensorboard``
+    package.
+    """
+
+    def __init__(self, save_dir: str | os.PathLike[str] | None = None, log_every_n_steps: int = 50) -> None:
+        if not isinstance(log_every_n_steps, int) or isinstance(log_every_n_steps, bool) or log_every_n_steps < 0:
+            raise ValueError(
+                f"TensorBoardLogger(log_every_n_steps={log_every_n_steps!r}) must be an int >= 0 (0 turns it off)"
+            )
+        self.save_dir = save_dir
+        self.log_every_n_steps = log_every_n_steps
+        self._dir: Path | None = Path(save_dir) if save_dir is not None else None
+        self._writer: Any = None
+
+    @property
+    def log_dir(self) -> Path | None:
+        """Where the event files go (None until the run directory is known)."""
+        return self._dir
+
+    def _open(self) -> Any:
+        if self._writer is None:
+            if self._dir is None:
+                raise RuntimeError("TensorBoardLogger wrote before its directory was known; pass save_dir=...")
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as exc:  # pragma: no cover - depends on the environment
+                raise ImportError(
+                    "TensorBoardLogger needs the tensorboard package: pip install 'interlock[tensorboard]'"
+                ) from exc
+            self._writer = SummaryWriter(log_dir=str(self._dir))
+        return self._writer
+
+    @listen("fit.start")
+    @listen("fit.train.epoch_start")
+    @listen("validate.start")
+    @listen("test.start")
+    def on_stage_start(self, event: Event, state: TrainerState) -> None:
+        self._locate(state)
+
+    def _locate(self, state: TrainerState) -> None:
+        where = output_dir(self.save_dir, state, "TensorBoardLogger")
+        if where != self._dir:
+            self.close()
+            self._dir = where
+
+    @listen("fit.train.batch.end")
+    def on_train_batch_end(self, event: Event) -> None:
+        n = self.log_every_n_steps
+        if n and event.trigger == "stepped" and event.global_step % n == 0 and self._dir is not None:
+            loss = loss_tensor(event.payload.get("outputs"))
+            if loss is not None and loss.numel() == 1:
+                self._open().add_scalar("train_loss_step", loss.detach().item(), global_step=event.global_step)
+
+    @listen("fit.train.epoch_end")
+    @listen("fit.train.val.end")
+    @listen("validate.end")
+    @listen("test.end")
+    def on_rows(self, event: Event, state: TrainerState) -> SetListenerState | None:
+        written = int(self.stored(state).get("rows", 0))
+        rows = state.history[written:]
+        if not rows:
+            return None
+        self._locate(state)
+        writer = self._open()
+        for row in rows:
+            step = int(row.get("global_step", state.global_step))
+            for name, value in row_metrics(row).items():
+                writer.add_scalar(name, value, global_step=step)
+            if "epoch" in row:
+                writer.add_scalar("epoch", float(row["epoch"]), global_step=step)
+        writer.flush()
+        return self.store(state, rows=len(state.history))
+
+    @listen("teardown")
+    @listen("failed")
+    @listen("interrupted")
+    def on_end(self, event: Event) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Flush and close the writer (a later write opens a new event file)."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_writer": None}

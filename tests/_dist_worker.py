@@ -1,0 +1,300 @@
+"""Scenarios run in real processes by tests/test_ddp.py and tests/test_fsdp.py.
+
+``python tests/_dist_worker.py SCENARIO OUT_DIR`` (under ``torch.distributed.run`` for the
+distributed ones). Each process saves what it observed to ``OUT_DIR/SCENARIO_rank<R>.pt``;
+the tests read those files. Nothing here asserts: the tests do.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import interlock
+from interlock.examples.digits import DigitsClassifier, DigitsData
+from interlock.plugins.precision import PRECISION_FLAGS
+
+N, FEATURES, RANK_BATCH = 64, 4, 4
+WORKER = str(Path(__file__).resolve())
+
+
+# -- launching (used by the tests) -------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def torchrun(*args: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", *args]
+
+
+def run_all(commands: list[list[str]], cwd: Path, timeout: float) -> list[str]:
+    """Run the commands at once; each one's stdout+stderr. Raise on a failure or after ``timeout`` seconds."""
+    procs = [
+        subprocess.Popen(
+            cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        )
+        for cmd in commands
+    ]
+    outputs = []
+    try:
+        for proc in procs:
+            outputs.append(proc.communicate(timeout=timeout)[0])
+    except subprocess.TimeoutExpired:
+        outputs.append("(timed out)")
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    failed = [i for i, proc in enumerate(procs) if proc.returncode != 0]
+    if failed:
+        raise AssertionError(f"{[commands[i] for i in failed]} failed:\n" + "\n".join(outputs)[-6000:])
+    return outputs
+
+
+def load(out: Path, scenario: str, rank: int = 0) -> Any:
+    return torch.load(out / f"{scenario}_rank{rank}.pt", weights_only=False)
+
+
+def dataset(n: int = N, seed: int = 0) -> TensorDataset:
+    """Features, a label, and each sample's index (so a run can record what it saw)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, FEATURES, generator=g)
+    return TensorDataset(x, (x[:, 0] + x[:, 1] > 0).long(), torch.arange(n))
+
+
+class Net(interlock.Module):
+    """A small MLP that records the sample indices it trains on and its local validation sums."""
+
+    def __init__(self, dropout: float = 0.0, momentum: float = 0.0) -> None:
+        super().__init__()
+        self.momentum = momentum
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(FEATURES, 8), torch.nn.Tanh(), torch.nn.Dropout(dropout), torch.nn.Linear(8, 2)
+        )
+        self.seen: list[list[int]] = []
+        self.val_sums = [0.0, 0.0]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y, idx = batch
+        self.seen.append(idx.tolist())
+        return torch.nn.functional.cross_entropy(self(x), y)
+
+    def validation_step(self, batch: Any, batch_idx: int) -> dict[str, torch.Tensor]:
+        x, y, _ = batch
+        self.val_sums[0] += float(x[:, 0].sum())
+        self.val_sums[1] += len(x)
+        return {"loss": torch.nn.functional.cross_entropy(self(x), y), "xmean": x[:, 0].mean()}
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.1, momentum=self.momentum)
+
+
+def make_trainer(root: Path, **kwargs: Any) -> interlock.Trainer:
+    kwargs.setdefault("num_sanity_val_steps", 0)
+    return interlock.Trainer(accelerator="cpu", listeners=[], default_root_dir=root, **kwargs)
+
+
+def rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+def reference_weights(root: Path) -> dict[str, torch.Tensor]:
+    """One process whose batch is the union of the two ranks' batches (sequential order), same init."""
+    torch.manual_seed(0)
+    module = Net()
+    trainer = make_trainer(root, max_epochs=2, strategy="single_device")
+    trainer.fit(module, DataLoader(dataset(), batch_size=2 * RANK_BATCH))
+    return weights(module)
+
+
+# -- scenarios -------------------------------------------------------------------------------------
+
+
+def equivalence(out: Path, strategy: str = "ddp", devices: int = 2) -> dict[str, Any]:
+    """Fit on 2 ranks, batch RANK_BATCH each, no shuffle: the final weights."""
+    torch.manual_seed(0)
+    module = Net()
+    trainer = make_trainer(out, max_epochs=2, strategy=strategy, devices=devices)
+    trainer.fit(module, DataLoader(dataset(), batch_size=RANK_BATCH))
+    return {"weights": weights(module), "state": trainer.state.to_dict()}
+
+
+def distributed(out: Path) -> dict[str, Any]:
+    """Sharding, metric reduction, Stop on one rank, checkpoints by rank 0, exact resume."""
+    r = rank()
+    result: dict[str, Any] = {"equivalence": equivalence(out)}
+
+    # shards and reduced metrics
+    torch.manual_seed(0)
+    module = Net()
+    trainer = make_trainer(out, max_epochs=2, seed=3, strategy="ddp", devices=2)
+    seeds: list[int] = []
+    trainer.on("fit.train.epoch_end", lambda e, s: seeds.append(s.data["seed"]))
+    val = dataset(32, seed=1)
+    trainer.fit(module, DataLoader(dataset(), batch_size=RANK_BATCH, shuffle=True), DataLoader(val, batch_size=4))
+    result["shards"] = {
+        "seen": module.seen,
+        "seeds": seeds,
+        "val_xmean": trainer.state.metrics["val_xmean"],
+        "local_val_xmean": module.val_sums[0] / module.val_sums[1],
+    }
+
+    # a Stop from rank 1 only
+    torch.manual_seed(0)
+    trainer = make_trainer(out, max_epochs=3, strategy="ddp", devices=2)
+    trainer.on(
+        "fit.train.batch.end", lambda e: interlock.Stop("rank 1 says") if r == 1 and e.global_step == 3 else None
+    )
+    trainer.fit(Net(), DataLoader(dataset(), batch_size=RANK_BATCH))
+    result["stop"] = {"global_step": trainer.state.global_step, "status": trainer.state.status}
+
+    # checkpoints: each rank asks for its own file; exact resume from a mid-epoch checkpoint
+    def save(e: interlock.Event) -> Any:
+        if e.global_step == 2:
+            return interlock.SaveCheckpoint(str(out / f"own_rank{r}.ckpt"))
+        if e.global_step == 5:
+            return interlock.SaveCheckpoint(str(out / "resume.ckpt"))
+        return None
+
+    def run(ckpt_path: Path | None) -> dict[str, torch.Tensor]:
+        torch.manual_seed(0 if ckpt_path is None else 99)
+        module = Net(dropout=0.2, momentum=0.9)
+        trainer = make_trainer(out, max_epochs=2, seed=5, strategy="ddp", devices=2)
+        if ckpt_path is None:
+            trainer.on("fit.train.batch.end", save)
+        trainer.fit(module, DataLoader(dataset(), batch_size=RANK_BATCH, shuffle=True), ckpt_path=ckpt_path)
+        return weights(module)
+
+    full = run(None)
+    resumed = run(out / "resume.ckpt")
+    result["resume"] = {"full": full, "resumed": resumed}
+    return result
+
+
+def spawn(out: Path) -> dict[str, Any]:
+    """ddp_spawn and ddp without a launcher, from a plain process; then ddp on one device."""
+    result = {"spawn": equivalence(out, "ddp_spawn"), "ddp_fork": equivalence(out, "ddp")}
+    torch.manual_seed(0)
+    module = Net()
+    trainer = make_trainer(out, max_epochs=2, strategy="ddp_spawn", devices=2)
+    trainer.fit(module, DataLoader(dataset(), batch_size=RANK_BATCH))
+    result["validate"] = trainer.validate(module, DataLoader(dataset(32, seed=1), batch_size=4))
+    result["single"] = equivalence(out, "ddp", devices=1)
+    return result
+
+
+def multinode(out: Path) -> dict[str, Any]:
+    """One process per node, two nodes: devices=1 on each."""
+    return {"equivalence": equivalence(out, "ddp", devices=1), "world_size": int(os.environ["WORLD_SIZE"])}
+
+
+class DtypeDigits(DigitsClassifier):
+    """Records per-step training loss, parameter dtype and activation (logits) dtype."""
+
+    def __init__(self) -> None:
+        super().__init__(hidden=32, lr=0.1, dropout=0.0)
+        self.losses: list[float] = []
+        self.dtypes: set[tuple[str, str]] = set()
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        logits = self(x)
+        loss = torch.nn.functional.cross_entropy(logits, y)
+        self.losses.append(float(loss.detach()))
+        self.dtypes.add((str(self.net[0].weight.dtype), str(logits.dtype)))
+        return loss
+
+
+def precision(out: Path) -> dict[str, Any]:
+    """Every precision flag: a single-device fit (on one rank, alternating), then a 2-rank ddp fit."""
+    data = DigitsData(batch_size=32)
+    result: dict[str, Any] = {}
+    for i, flag in enumerate(PRECISION_FLAGS):
+        for strategy, devices in (("single_device", 1), ("ddp", 2)):
+            if strategy == "single_device" and rank() != i % 2:
+                continue
+            torch.manual_seed(0)
+            module = DtypeDigits()
+            trainer = make_trainer(
+                out, max_epochs=2, limit_train_batches=12, precision=flag, strategy=strategy, devices=devices
+            )
+            trainer.fit(module, data.train_dataloader())
+            result[f"{flag}/{strategy}"] = {"losses": module.losses, "dtypes": sorted(module.dtypes)}
+    return result
+
+
+def fsdp(out: Path) -> dict[str, Any]:
+    """FSDP on 2 ranks: validation loss per epoch, mid-run and final checkpoints, resume from the mid one."""
+    data = DigitsData(batch_size=32)
+
+    def run(ckpt_path: Path | None, tag: str) -> list[float]:
+        torch.manual_seed(0)
+        module = DigitsClassifier(hidden=32, lr=0.05)
+        trainer = make_trainer(
+            out, max_epochs=3, limit_train_batches=8, limit_val_batches=2, seed=1, strategy="fsdp", devices=2
+        )
+
+        def save(e: interlock.Event) -> Any:
+            if ckpt_path is None and e.global_step == 11:
+                return interlock.SaveCheckpoint(str(out / "fsdp_mid.ckpt"))
+            if e.global_step == 24:
+                return interlock.SaveCheckpoint(str(out / f"fsdp_final_{tag}.ckpt"))
+            return None
+
+        trainer.on("fit.train.batch.end", save)
+        trainer.fit(module, data.train_dataloader(), data.val_dataloader(), ckpt_path=ckpt_path)
+        return [row["val_loss"] for row in trainer.state.history if "val_loss" in row]
+
+    full = run(None, "full")
+    resumed = run(out / "fsdp_mid.ckpt", "resumed")
+
+    def plain_sgd(ckpt_path: Path | None) -> dict[str, torch.Tensor]:
+        """SGD without momentum has no optimizer tensors to shard; weights gathered after the fit."""
+        torch.manual_seed(0)
+        module = Net()
+        trainer = make_trainer(out, max_epochs=1, strategy="fsdp", devices=2)
+        trainer.on(
+            "fit.train.batch.end",
+            lambda e: (
+                interlock.SaveCheckpoint(str(out / "sgd.ckpt")) if ckpt_path is None and e.global_step == 3 else None
+            ),
+        )
+        trainer.fit(module, DataLoader(dataset(), batch_size=RANK_BATCH), ckpt_path=ckpt_path)
+        return trainer.hardware.strategy.model_state_dict(module)
+
+    sgd = {"full": plain_sgd(None), "resumed": plain_sgd(out / "sgd.ckpt")}
+    return {"val_losses": full, "resumed_val_losses": resumed, "sgd": sgd}
+
+
+SCENARIOS = {"distributed": distributed, "spawn": spawn, "multinode": multinode, "precision": precision, "fsdp": fsdp}
+
+
+def main() -> None:
+    name, out = sys.argv[1], Path(sys.argv[2])
+    out.mkdir(parents=True, exist_ok=True)
+    result = SCENARIOS[name](out)
+    torch.save(result, out / f"{name}_rank{rank()}.pt")
+
+
+if __name__ == "__main__":
+    main()

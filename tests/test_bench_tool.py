@@ -1,0 +1,76 @@
+"""Smoke test of tools/bench.py: tiny sizes, checks the report's shape, never its timings."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "tools" / "bench.py"
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+@pytest.mark.timeout(900)
+def test_bench_quick_json_shape() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "--quick", "--json", "--quiet", "--variants", "plain,interlock_bare,ignite"],
+        capture_output=True,
+        text=True,
+        timeout=880,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+
+    assert set(report) >= {"machine", "config", "targets", "variants", "steps", "ddp", "ckpt", "resume", "rss"}
+    assert report["config"]["quick"] is True
+
+    variants = report["variants"]
+    assert {"plain", "interlock_bare", "ignite"} <= set(variants)
+    for name in ("plain", "interlock_bare"):
+        row = variants[name]
+        assert "error" not in row, row
+        for key in ("us_per_step", "overhead_us_per_step", "ratio"):
+            assert _finite(row[key]), (name, key, row[key])
+    assert variants["plain"]["overhead_us_per_step"] == 0.0
+    assert variants["plain"]["ratio"] == 1.0
+    ignite = variants["ignite"]  # measured when installed, reported unavailable otherwise
+    assert "unavailable" in ignite or _finite(ignite["us_per_step"])
+
+    ddp = report["ddp"]
+    assert ddp["status"] in ("ok", "unavailable"), ddp
+    if ddp["status"] == "ok":
+        assert _finite(ddp["ratio"]) and ddp["verdict"] in ("PASS", "MISS")
+
+    ckpt = report["ckpt"]
+    assert ckpt["status"] == "ok", ckpt
+    assert all(_finite(v) for v in ckpt["ms"].values())
+    assert _finite(ckpt["ratio"]) and ckpt["verdict"] in ("PASS", "MISS")
+
+    resume = report["resume"]
+    assert resume["status"] == "ok", resume
+    assert all(_finite(v) for v in resume["ms"].values())
+    assert resume["resumed_at"] == [resume["near_batch"], resume["far_batch"]]
+    assert resume["verdict"] in ("PASS", "MISS")
+
+    rss = report["rss"]
+    assert rss["status"] == "ok", rss
+    assert all(_finite(v) for v in rss["peak_rss_mb"].values())
+    assert all(_finite(g["mb"]) for g in rss["growth"].values()), rss["growth"]
+    assert rss["peak_verdict"] in ("PASS", "MISS") and rss["growth_verdict"] in ("PASS", "MISS")
+
+
+def test_bench_rejects_unknown_section() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "--only", "nope"], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode == 2
+    assert "unknown section" in proc.stderr

@@ -1,0 +1,244 @@
+"""DDP, DDP-spawn, multi-node and the precision matrix, in real processes over gloo on 127.0.0.1."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+import _dist_worker as w
+from interlock.connectors.hardware import resolve_hardware
+from interlock.plugins.ddp import DDPSpawnStrategy, DDPStrategy
+from interlock.plugins.precision import PRECISION_FLAGS
+
+TIMEOUT = 180
+TORCHRUN_ENV = {
+    "TORCHELASTIC_RUN_ID": "x",
+    "RANK": "1",
+    "GROUP_RANK": "0",
+    "LOCAL_RANK": "1",
+    "LOCAL_WORLD_SIZE": "2",
+    "WORLD_SIZE": "2",
+    "MASTER_ADDR": "127.0.0.1",
+    "MASTER_PORT": "29500",
+}
+
+
+def _close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], atol: float = 1e-6) -> float:
+    assert a.keys() == b.keys()
+    diff = max((a[k] - b[k]).abs().max().item() for k in a)
+    assert diff <= atol, f"weights differ by {diff}"
+    return diff
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch.Tensor]:
+    return w.reference_weights(tmp_path_factory.mktemp("reference"))
+
+
+@pytest.fixture(scope="module")
+def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, Any]], str]:
+    out = tmp_path_factory.mktemp("ddp")
+    cmd = w.torchrun("--nproc-per-node=2", f"--master-port={w.free_port()}", w.WORKER, "distributed", str(out))
+    (log,) = w.run_all([cmd], out, TIMEOUT)
+    return out, [w.load(out, "distributed", r) for r in (0, 1)], log
+
+
+@pytest.fixture(scope="module")
+def spawn_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
+    out = tmp_path_factory.mktemp("spawn")
+    (log,) = w.run_all([[w.sys.executable, w.WORKER, "spawn", str(out)]], out, TIMEOUT)
+    return w.load(out, "spawn"), log
+
+
+@pytest.fixture(scope="module")
+def precision_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("precision")
+    cmd = w.torchrun("--nproc-per-node=2", f"--master-port={w.free_port()}", w.WORKER, "precision", str(out))
+    w.run_all([cmd], out, TIMEOUT)
+    results = {}
+    for rank in (0, 1):
+        for key, value in w.load(out, "precision", rank).items():
+            results[key if key.endswith("single_device") else f"{key}/rank{rank}"] = value
+    return results
+
+
+def test_torchrun_ddp_ends_with_the_weights_of_one_process_on_the_union_batch(
+    ddp_run: Any, reference: dict[str, torch.Tensor]
+) -> None:
+    """A 2-process torchrun DDP fit equals (1e-6) one process whose batches are the union of the ranks' batches."""
+    _, results, _ = ddp_run
+    for result in results:
+        _close(result["equivalence"]["weights"], reference)
+
+
+def test_setup_line_is_printed_once_per_fit_by_rank_zero_only(ddp_run: Any) -> None:
+    """Each fit states the setup in one stderr line, from rank 0 only (5 fits in the run -> 5 lines)."""
+    _, _, log = ddp_run
+    lines = [line for line in log.splitlines() if line.startswith("interlock: accelerator=")]
+    assert len(lines) == 5
+    assert "strategy=ddp(world_size=2, processes=torchelastic)" in lines[0]
+
+
+def test_sampler_shards_each_epoch_and_ranks_agree_on_the_shuffle(ddp_run: Any) -> None:
+    """Per epoch the ranks' samples are disjoint and cover the data; shuffle seeds agree across ranks, vary by epoch."""
+    _, results, _ = ddp_run
+    shards = [r["shards"] for r in results]
+    steps = w.N // (2 * w.RANK_BATCH)
+
+    def flat(batches: list[list[int]]) -> list[int]:
+        return [i for batch in batches for i in batch]
+
+    for epoch in range(2):
+        seen = [flat(s["seen"][epoch * steps : (epoch + 1) * steps]) for s in shards]
+        assert not set(seen[0]) & set(seen[1])
+        assert sorted(seen[0] + seen[1]) == list(range(w.N))
+    assert shards[0]["seeds"] == shards[1]["seeds"]
+    assert shards[0]["seeds"][0] != shards[0]["seeds"][1]
+    assert flat(shards[0]["seen"][:steps]) != flat(shards[0]["seen"][steps:])
+
+
+def test_validation_metric_is_the_mean_over_ranks(ddp_run: Any) -> None:
+    """Each rank validates its shard; the logged val metric is the mean over ranks, i.e. over the whole set."""
+    _, results, _ = ddp_run
+    expected = w.dataset(32, seed=1).tensors[0][:, 0].mean().item()
+    local = [r["shards"]["local_val_xmean"] for r in results]
+    assert local[0] != pytest.approx(local[1])
+    for r in results:
+        assert r["shards"]["val_xmean"] == pytest.approx(expected, abs=1e-6)
+        assert r["shards"]["val_xmean"] == pytest.approx(sum(local) / 2, abs=1e-9)
+
+
+def test_stop_on_one_rank_stops_every_rank_at_the_same_step(ddp_run: Any) -> None:
+    """A Stop returned on rank 1 only ends the fit on both ranks after the same step, without a hang."""
+    _, results, _ = ddp_run
+    assert [r["stop"] for r in results] == [{"global_step": 3, "status": "finished"}] * 2
+
+
+def test_only_rank_zero_writes_checkpoints(ddp_run: Any) -> None:
+    """Every rank asks to save to its own path; only rank 0's file is written."""
+    out, _, _ = ddp_run
+    assert (out / "own_rank0.ckpt").exists()
+    assert not (out / "own_rank1.ckpt").exists()
+
+
+def test_resume_under_ddp_is_exact(ddp_run: Any) -> None:
+    """Resuming a shuffled, dropout DDP fit from a mid-epoch checkpoint ends with bit-identical weights."""
+    _, results, _ = ddp_run
+    for r in results:
+        full, resumed = r["resume"]["full"], r["resume"]["resumed"]
+        assert all(torch.equal(full[k], resumed[k]) for k in full)
+    assert all(torch.equal(results[0]["resume"]["full"][k], results[1]["resume"]["full"][k]) for k in full)
+
+
+def test_ddp_spawn_returns_the_run_to_the_caller(spawn_run: Any, reference: dict[str, torch.Tensor]) -> None:
+    """ddp_spawn on 2 forked processes: the caller's module has the trained weights and trainer.state the run."""
+    result, _ = spawn_run
+    _close(result["spawn"]["weights"], reference)
+    progress = result["spawn"]["state"]["progress"]
+    assert (progress["global_step"], progress["epoch"]) == (16, 1)
+    assert result["spawn"]["state"]["status"] == "finished"
+    expected = w.dataset(32, seed=1).tensors[0][:, 0].mean().item()
+    assert result["validate"]["val_xmean"] == pytest.approx(expected, abs=1e-6)
+
+
+def test_ddp_without_a_launcher_forks_and_says_so(spawn_run: Any, reference: dict[str, torch.Tensor]) -> None:
+    """strategy='ddp', devices=2 in a plain process starts 2 processes by fork, logs it, and trains the same."""
+    result, log = spawn_run
+    assert "no torchrun/SLURM launcher: starting 2 processes by fork" in log
+    _close(result["ddp_fork"]["weights"], reference)
+
+
+def test_ddp_on_one_device_is_a_group_of_one(spawn_run: Any, tmp_path: Path) -> None:
+    """strategy='ddp', devices=1 runs as a process group of one and trains like a single-device run."""
+    result, _ = spawn_run
+    torch.manual_seed(0)
+    module = w.Net()
+    w.make_trainer(tmp_path, max_epochs=2, strategy="single_device").fit(
+        module, DataLoader(w.dataset(), batch_size=w.RANK_BATCH)
+    )
+    _close(result["single"]["weights"], w.weights(module))
+    assert result["single"]["state"]["progress"]["global_step"] == 32
+
+
+def test_two_nodes_train_one_fit(tmp_path: Path, reference: dict[str, torch.Tensor]) -> None:
+    """Two torchrun invocations (--nnodes=2, one process each) train one fit together."""
+    port = w.free_port()
+    commands = [
+        w.torchrun(
+            "--nnodes=2",
+            "--nproc-per-node=1",
+            f"--node-rank={node}",
+            "--master-addr=127.0.0.1",
+            f"--master-port={port}",
+            w.WORKER,
+            "multinode",
+            str(tmp_path),
+        )
+        for node in (0, 1)
+    ]
+    w.run_all(commands, tmp_path, TIMEOUT)
+    for rank in (0, 1):
+        result = w.load(tmp_path, "multinode", rank)
+        assert result["world_size"] == 2
+        _close(result["equivalence"]["weights"], reference)
+
+
+_DTYPES = {
+    "32-true": ("float32", "float32"),
+    "64-true": ("float64", "float64"),
+    "16-true": ("float16", "float16"),
+    "bf16-true": ("bfloat16", "bfloat16"),
+    "16-mixed": ("float32", "float16"),
+    "bf16-mixed": ("float32", "bfloat16"),
+}
+
+
+@pytest.mark.parametrize("flag", list(PRECISION_FLAGS))
+def test_precision_matrix_on_cpu(precision_run: dict[str, Any], flag: str) -> None:
+    """Each precision, single device and 2-rank DDP: the loss falls; parameters and activations have its dtypes."""
+    params, activations = _DTYPES[flag]
+    runs = [precision_run[f"{flag}/{run}"] for run in ("single_device", "ddp/rank0", "ddp/rank1")]
+    for run in runs:
+        assert run["dtypes"] == [(f"torch.{params}", f"torch.{activations}")]
+        losses = run["losses"]
+        assert sum(losses[-4:]) / 4 < 0.8 * sum(losses[:4]) / 4
+
+
+@pytest.mark.parametrize(
+    ("strategy", "devices", "precision", "environ", "message"),
+    [
+        ("horovod", 1, "32-true", {}, "strategy='horovod'"),
+        ("fsdp", 2, "16-mixed", {}, "Trainer(strategy='fsdp', precision='16-mixed') is not supported"),
+        ("ddp_spawn", 2, "32-true", TORCHRUN_ENV, "use strategy='ddp' under an external launcher"),
+        ("ddp", 1, "32-true", TORCHRUN_ENV, "started this process as local rank 1"),
+        ("single_device", 2, "32-true", {}, "strategy='single_device'"),
+    ],
+)
+def test_invalid_strategy_flags_raise_naming_the_flags(
+    strategy: str, devices: int, precision: str, environ: dict[str, str], message: str
+) -> None:
+    """Unknown strategies, unsupported combinations and device counts a launcher contradicts raise ValueError."""
+    with pytest.raises(ValueError, match="Trainer\\(") as info:
+        resolve_hardware("cpu", devices, strategy, precision, environ)
+    assert message in str(info.value)
+
+
+def test_strategy_resolution_follows_the_launcher() -> None:
+    """'auto' picks ddp under torchrun; ddp takes ranks from it; one device without a launcher is a group of one."""
+    hw = resolve_hardware("cpu", 2, "auto", "32-true", TORCHRUN_ENV)
+    assert isinstance(hw.strategy, DDPStrategy)
+    assert (hw.strategy.world_size, hw.strategy.global_rank, hw.strategy.local_rank) == (2, 1, 1)
+    assert not hw.strategy.launches_processes
+    assert resolve_hardware("cpu", 1, "auto", "32-true", {}).strategy.name == "single_device"
+    single = resolve_hardware("cpu", 1, "ddp", "32-true", {}).strategy
+    assert (single.world_size, single.launches_processes) == (1, False)
+    spawn = resolve_hardware("cpu", 2, "ddp_spawn", "32-true", {}).strategy
+    assert isinstance(spawn, DDPSpawnStrategy)
+    assert spawn.launches_processes
+    assert (
+        "ddp_spawn(world_size=2, processes=fork)" in resolve_hardware("cpu", 2, "ddp_spawn", "32-true", {}).describe()
+    )

@@ -1,0 +1,433 @@
+"""The built-in listeners: progress, event trace, early stopping, timer, guards, LR monitor, defaults."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import math
+import pickle
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from interlock import Event, Listener, LogMetrics, SaveCheckpoint, Stop, Trainer, TrainerState, listen
+from interlock.core.chart import load_chart
+from interlock.core.events import EventBus
+from interlock.core.updates import merge, reduce
+from interlock.examples.digits import DigitsClassifier, DigitsData
+from interlock.listeners import (
+    CSVLogger,
+    EarlyStopping,
+    EventTrace,
+    FiniteGuard,
+    LearningRateMonitor,
+    ProgressBar,
+    Timer,
+    default_listeners,
+)
+from interlock.listeners.lr_monitor import lr_metric_names
+from interlock.listeners.timer import parse_duration
+from interlock.viz import read_trace
+
+TRACE_KEYS = {"time", "event", "trigger", "source", "epoch", "global_step", "batch_idx", "count"}
+LEAVES = load_chart().leaves
+
+
+# -- helpers ------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def digits() -> DigitsData:
+    return DigitsData(batch_size=32)
+
+
+def fit(
+    root: Path,
+    listeners: Sequence[Listener],
+    digits: DigitsData,
+    module: torch.nn.Module | None = None,
+    ckpt_path: Any = None,
+    **flags: Any,
+) -> Trainer:
+    """A short real fit of the digits example with ``listeners``; returns the trainer."""
+    flags = {"max_epochs": 2, "limit_train_batches": 4, "limit_val_batches": 2, **flags}
+    trainer = Trainer(listeners=list(listeners), default_root_dir=root, accelerator="cpu", **flags)
+    torch.manual_seed(0)
+    trainer.fit(module or DigitsClassifier(), digits.train_dataloader(), digits.val_dataloader(), ckpt_path=ckpt_path)
+    return trainer
+
+
+class Driver:
+    """Delivers synthetic events to one listener through a real bus and applies its updates."""
+
+    def __init__(self, listener: Listener, state: TrainerState | None = None) -> None:
+        self.bus = EventBus(LEAVES)
+        for pattern, fn, every, once in listener.subscriptions():
+            self.bus.on(pattern, fn, every=every, once=once, source=listener.key)
+        self.state = state or TrainerState()
+        self.updates: list[Any] = []
+
+    def send(self, name: str, trigger: str = "t", *, epoch: int = 0, step: int = 0, batch: int = 0, **payload: Any):
+        event = Event(name, trigger, "src", 1, epoch, step, batch, payload)
+        self.updates = [u for _, u in self.bus.send(event, lambda: self.state)]
+        self.state = reduce(self.state, merge(("test", u) for u in self.updates))
+        return self.updates
+
+
+class SaveAt(Listener):
+    """Asks for a checkpoint at every training epoch end."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @listen("fit.train.epoch_end")
+    def save(self, event: Event) -> SaveCheckpoint:
+        return SaveCheckpoint(str(self.path))
+
+
+class Scripted(DigitsClassifier):
+    """Digits model whose validation also reports ``score``: one scripted value per validation run."""
+
+    def __init__(self, scores: Sequence[float], offset: int = 0) -> None:
+        super().__init__()
+        self.scores, self.calls = list(scores), offset
+
+    def validation_step(self, batch: Any, batch_idx: int) -> dict[str, torch.Tensor]:
+        out = super().validation_step(batch, batch_idx)
+        out["score"] = torch.tensor(self.scores[self.calls])
+        self.calls += 1
+        return out
+
+
+# -- EventTrace ---------------------------------------------------------------------
+def test_trace_has_one_line_per_transition_and_reads_back(tmp_path: Path, digits: DigitsData) -> None:
+    """Every transition of a fit is one JSON line with exactly the documented keys, and read_trace summarises it."""
+    counted: list[tuple[str, str, str]] = []
+    trace = EventTrace()
+    trainer = Trainer(
+        listeners=[trace], default_root_dir=tmp_path, accelerator="cpu", max_epochs=2, limit_train_batches=3
+    )
+    trainer.on("*", lambda e: counted.append((e.source, e.trigger, e.name)))
+    trainer.fit(DigitsClassifier(), digits.train_dataloader(), digits.val_dataloader())
+    file = Path(trainer.state.run_dir) / "events.jsonl"
+    assert trace.file == file
+    records = [json.loads(line) for line in file.read_text().splitlines()]
+    assert len(records) == len(counted)
+    assert all(set(r) == TRACE_KEYS for r in records)
+    assert [(r["source"], r["trigger"], r["event"]) for r in records] == counted
+    assert records[-1]["global_step"] == trainer.state.global_step == 6
+    summary = read_trace(trainer.state.run_dir)
+    assert summary.events == len(counted)
+    assert summary.last_state == "finished" and summary.is_final and not summary.failed
+    assert summary.visits["fit.train.batch.end"] == 6
+    pickle.loads(pickle.dumps(trace))
+
+
+def test_trace_buffers_until_flush_every_or_the_end(tmp_path: Path, digits: DigitsData) -> None:
+    """Mid-run the file holds whole multiples of flush_every lines; the rest is written at teardown."""
+    seen: list[int] = []
+    trace = EventTrace(flush_every=7)
+    trainer = Trainer(
+        listeners=[trace], default_root_dir=tmp_path, accelerator="cpu", max_epochs=1, limit_train_batches=3
+    )
+    trainer.on("fit.end", lambda e, s: seen.append(len((Path(s.run_dir) / "events.jsonl").read_text().splitlines())))
+    trainer.fit(DigitsClassifier(), digits.train_dataloader(), digits.val_dataloader())
+    assert seen[0] > 0 and seen[0] % 7 == 0
+    assert read_trace(trainer.state.run_dir).events == sum(trainer.state.counts.values())
+
+
+def test_trace_handler_takes_no_state(tmp_path: Path) -> None:
+    """The per-transition handler is registered as (event) only, so the trainer builds no state for it."""
+    trainer = Trainer(listeners=[EventTrace()], default_root_dir=tmp_path, accelerator="cpu")
+    for name in ("fit.train.batch.step", "fit.train.batch.end", "fit.train.val.batch.fetch"):
+        (sub,) = trainer.bus.handlers(name)
+        assert sub.wants_state is False
+
+
+def test_failed_fit_is_traced_with_its_error(tmp_path: Path, digits: DigitsData) -> None:
+    """A NaN loss fails the run: FiniteGuard names where, the trace records the error and where it happened."""
+
+    class NaNAt(DigitsClassifier):
+        calls = 0
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            loss, self.calls = super().training_step(batch, batch_idx), self.calls + 1
+            return loss * float("nan") if self.calls == 7 else loss
+
+    bar = ProgressBar(mode="bar", file=io.StringIO())
+    with pytest.raises(FloatingPointError, match=r"non-finite training loss .* epoch 1, global step 6, batch 2"):
+        fit(tmp_path, [bar, EventTrace(), FiniteGuard()], digits, NaNAt(), max_epochs=3)
+    records = [json.loads(x) for x in (tmp_path / "runs" / "version_0" / "events.jsonl").read_text().splitlines()]
+    with_error = [(r["trigger"], r["event"]) for r in records if "error" in r]
+    assert with_error == [("fail", "teardown"), ("failed", "failed")]
+    summary = read_trace(tmp_path / "runs" / "version_0")
+    assert summary.error is not None and summary.error.startswith("FloatingPointError: non-finite training loss")
+    assert summary.failed_in == "fit.train.batch.backward" and summary.last_state == "failed"
+    assert bar._bars == {}
+
+
+# -- FiniteGuard --------------------------------------------------------------------
+def test_finite_guard_passes_finite_losses_and_names_bad_ones() -> None:
+    """Finite losses (tensor or dict) pass; an infinite one raises naming epoch, step and batch."""
+    drv = Driver(FiniteGuard())
+    assert drv.send("fit.train.batch.backward", outputs=torch.tensor(1.5)) == []
+    assert drv.send("fit.train.batch.backward", outputs={"loss": torch.tensor([0.1, 2.0])}) == []
+    with pytest.raises(FloatingPointError, match=r"inf.* epoch 3, global step 41, batch 7;.*gradient_clip_val"):
+        drv.send("fit.train.batch.backward", epoch=3, step=41, batch=7, outputs={"loss": torch.tensor(math.inf)})
+    (sub,) = drv.bus.handlers("fit.train.batch.backward")
+    assert sub.wants_state is False
+
+
+# -- EarlyStopping ------------------------------------------------------------------
+def test_early_stopping_stops_at_the_expected_epoch(tmp_path: Path, digits: DigitsData) -> None:
+    """Best at epoch 1, then three checks without improvement: stops at epoch 4 with its counters stored."""
+    scores = [5.0, 4.0, 4.5, 4.2, 4.1, 1.0, 1.0, 1.0]
+    trainer = fit(
+        tmp_path,
+        [EarlyStopping("val_score", patience=3)],
+        digits,
+        Scripted(scores),
+        max_epochs=8,
+        limit_val_batches=1,
+        num_sanity_val_steps=0,
+    )
+    assert trainer.state.epoch == 4
+    assert trainer.state.stop_reason.startswith("EarlyStopping: val_score did not improve")
+    assert dict(trainer.state.listeners["EarlyStopping"]) == {"wait_count": 3, "best_score": 4.0, "stopped_epoch": 4}
+    assert [row["epoch"] for row in trainer.state.history if row["stage"] == "val"] == [0, 1, 2, 3, 4]
+
+
+def test_early_stopping_counters_continue_after_resume(tmp_path: Path, digits: DigitsData) -> None:
+    """Resuming from an epoch-2 checkpoint stops at the same epoch as the uninterrupted run."""
+    scores = [5.0, 4.0, 4.5, 4.2, 4.1, 1.0, 1.0, 1.0]
+    flags = {"limit_val_batches": 1, "num_sanity_val_steps": 0}
+    ckpt = tmp_path / "es.ckpt"
+    first = fit(tmp_path, [EarlyStopping("val_score"), SaveAt(ckpt)], digits, Scripted(scores), max_epochs=3, **flags)
+    assert dict(first.state.listeners["EarlyStopping"])["wait_count"] == 1
+    resumed = fit(
+        tmp_path, [EarlyStopping("val_score")], digits, Scripted(scores, offset=3), ckpt, max_epochs=8, **flags
+    )
+    assert resumed.state.epoch == 4
+    assert dict(resumed.state.listeners["EarlyStopping"]) == {"wait_count": 3, "best_score": 4.0, "stopped_epoch": 4}
+
+
+def test_early_stopping_missing_metric_lists_the_available_ones(tmp_path: Path, digits: DigitsData) -> None:
+    """A monitor that no step returns is a KeyError naming it and the metrics there are."""
+    with pytest.raises(KeyError, match=r"'val_nope'.*\['val_acc', 'val_loss'\]"):
+        fit(tmp_path, [EarlyStopping("val_nope")], digits)
+    assert Driver(EarlyStopping("x", strict=False)).send("fit.train.val.end") == []
+
+
+def _reference_stop(values: list[float], mode: str, patience: int, delta: float) -> int | None:
+    """Lightning's rule, written plainly: the index of the check that stops, or None."""
+    best = math.inf if mode == "min" else -math.inf
+    wait = 0
+    for i, v in enumerate(values):
+        if not math.isfinite(v):
+            return i
+        improved = v < best - delta if mode == "min" else v > best + delta
+        if improved:
+            best, wait = v, 0
+        else:
+            wait += 1
+            if wait >= patience:
+                return i
+    return None
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    values=st.lists(st.floats(-10, 10) | st.sampled_from([math.nan, math.inf]), min_size=1, max_size=15),
+    mode=st.sampled_from(["min", "max"]),
+    patience=st.integers(0, 4),
+    delta=st.sampled_from([0.0, 0.5]),
+)
+def test_early_stopping_matches_lightnings_rule(values: list[float], mode: str, patience: int, delta: float) -> None:
+    """For any metric sequence, EarlyStopping stops at the check Lightning's rule stops at, and not before."""
+    drv = Driver(EarlyStopping("m", mode=mode, patience=patience, min_delta=delta))
+    stopped = None
+    for i, v in enumerate(values):
+        drv.state = reduce(drv.state, merge([("loop", LogMetrics({"m": v}))]))
+        if any(isinstance(u, Stop) for u in drv.send("fit.train.val.end", epoch=i)):
+            stopped = i
+            break
+    assert stopped == _reference_stop(values, mode, patience, delta)
+    if stopped is not None:
+        assert drv.state.listeners["EarlyStopping"]["stopped_epoch"] == stopped
+
+
+def test_early_stopping_thresholds_and_argument_errors() -> None:
+    """Stopping and divergence thresholds stop at once; bad arguments name the value and the choice."""
+    drv = Driver(EarlyStopping("m", mode="max", stopping_threshold=0.9, divergence_threshold=0.1))
+    for value, reason in ((0.5, None), (0.95, "stopping threshold reached"), (0.05, "divergence threshold reached")):
+        drv.state = TrainerState(metrics={"m": value})
+        stops = [u.reason for u in drv.send("fit.train.val.end") if isinstance(u, Stop)]
+        assert len(stops) == (reason is not None)
+        assert all(r.startswith(f"EarlyStopping: {reason}: m={value}") for r in stops)
+    with pytest.raises(ValueError, match=r"mode='up'.*'min'"):
+        EarlyStopping("m", mode="up")
+    with pytest.raises(ValueError, match=r"patience=-1"):
+        EarlyStopping("m", patience=-1)
+    drv = Driver(EarlyStopping("val_acc", check_on="fit.train.epoch_end"))
+    assert drv.bus.handlers("fit.train.epoch_end") and not drv.bus.handlers("fit.train.val.end")
+
+
+# -- Timer --------------------------------------------------------------------------
+def fake_clock(tick: float = 1.0) -> Callable[[], float]:
+    """A clock that advances ``tick`` seconds per reading."""
+    now = [0.0]
+
+    def clock() -> float:
+        now[0] += tick
+        return now[0]
+
+    return clock
+
+
+def test_timer_stops_when_the_duration_is_reached(tmp_path: Path, digits: DigitsData) -> None:
+    """With one second per clock reading and a 3 s limit, training stops after the third batch."""
+    timer = Timer(duration={"seconds": 3}, clock=fake_clock())
+    trainer = fit(tmp_path, [timer], digits, max_epochs=5)
+    assert trainer.state.global_step == 3
+    assert trainer.state.stop_reason == "Timer: training time 0:00:03 reached the limit 0:00:03"
+    assert timer.time_elapsed(trainer.state) == 4.0  # + the reading at fit.end
+    assert timer.time_remaining(trainer.state) == 0.0
+
+
+def test_timer_elapsed_time_accumulates_across_resume(tmp_path: Path, digits: DigitsData) -> None:
+    """The elapsed time saved in a checkpoint is the starting point of the resumed run."""
+    ckpt = tmp_path / "t.ckpt"
+    first = fit(tmp_path, [Timer(clock=fake_clock()), SaveAt(ckpt)], digits, max_epochs=1)
+    assert dict(first.state.listeners["Timer"]) == {"elapsed": 5.0}  # 4 batches, then fit.end
+    timer = Timer(interval="epoch", clock=fake_clock(10.0))
+    resumed = fit(tmp_path, [timer], digits, ckpt_path=ckpt, max_epochs=2)
+    assert resumed.state.epoch == 1
+    assert timer.time_elapsed(resumed.state) == 4.0 + 10.0 + 10.0  # checkpoint, epoch 1 end, fit.end
+
+
+@pytest.mark.parametrize(
+    ("duration", "seconds"),
+    [("01:02:03:04", 93784), ({"minutes": 2}, 120), (parse_duration("00:00:00:05"), 5)],
+)
+def test_timer_durations_parse(duration: Any, seconds: int) -> None:
+    """'DD:HH:MM:SS', dicts of timedelta arguments and timedeltas all give the same kind of limit."""
+    assert Timer(duration).duration.total_seconds() == seconds  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"duration": "12:00"}, ValueError, r"'12:00' must be 'DD:HH:MM:SS'"),
+        ({"duration": {"hourz": 1}}, ValueError, r"'hourz'.*keys such as"),
+        ({"duration": 5}, TypeError, r"duration 5 must be"),
+        ({"interval": "batch"}, ValueError, r"interval='batch'.*'step'"),
+    ],
+)
+def test_timer_rejects_bad_arguments(kwargs: dict[str, Any], error: type[Exception], match: str) -> None:
+    """Bad durations and intervals are errors naming the value and the accepted forms."""
+    with pytest.raises(error, match=match):
+        Timer(**kwargs)
+
+
+# -- ProgressBar --------------------------------------------------------------------
+def test_progress_prints_plain_lines_when_not_a_terminal(
+    tmp_path: Path, digits: DigitsData, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without a TTY: one line per epoch and per validation, with batch counts and metrics; none for sanity."""
+    trainer = fit(tmp_path, [ProgressBar()], digits)
+    trainer.test(DigitsClassifier(), digits.test_dataloader())
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        "Validation (epoch 0)",
+        "Epoch 0",
+        "Validation (epoch 1)",
+        "Epoch 1",
+        "Testing",
+    ]
+    assert lines[0].startswith("Validation (epoch 0): 2 batches, ") and "val_loss=" in lines[0]
+    assert lines[1].startswith("Epoch 0: 4 batches, ") and "it/s" in lines[1] and "train_loss=" in lines[1]
+    assert "test_acc=" in lines[4] and "val_loss" not in lines[4]
+
+
+def test_progress_bars_show_epoch_loss_and_close(tmp_path: Path, digits: DigitsData) -> None:
+    """Bar mode draws tqdm bars with epoch, loss and validation, and closes them all when the run ends."""
+    out = io.StringIO()
+    bar = ProgressBar(mode="bar", file=out)
+    fit(tmp_path, [bar], digits)
+    text = out.getvalue()
+    assert "Epoch 0" in text and "Epoch 1" in text and "loss=" in text and "Validation" in text
+    assert "it/s" in text and bar._bars == {}
+    pickle.loads(pickle.dumps(bar))
+
+
+def test_progress_reads_the_loss_only_every_refresh_rate_batches() -> None:
+    """With refresh_rate=3 the loss is read (one .item()) on batches 3, 6 and 9 of 10."""
+
+    class Counting(torch.Tensor):
+        items = 0
+
+        def item(self) -> Any:
+            Counting.items += 1
+            return super().item()
+
+    drv = Driver(ProgressBar(refresh_rate=3, mode="bar", file=io.StringIO()))
+    drv.send("fit.train.epoch_start")
+    for n in range(1, 11):
+        drv.send("fit.train.batch.end", batch=n, outputs=torch.tensor(0.5).as_subclass(Counting))
+    assert Counting.items == 3
+
+
+def test_progress_refresh_rate_zero_is_silent(
+    tmp_path: Path, digits: DigitsData, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """refresh_rate=0 turns the progress output off; bad arguments are rejected by name."""
+    fit(tmp_path, [ProgressBar(refresh_rate=0)], digits, max_epochs=1)
+    assert capsys.readouterr().out == ""
+    with pytest.raises(ValueError, match=r"mode='fancy'"):
+        ProgressBar(mode="fancy")
+    with pytest.raises(ValueError, match=r"refresh_rate=-1"):
+        ProgressBar(refresh_rate=-1)
+
+
+# -- LearningRateMonitor --------------------------------------------------------------
+def test_lr_monitor_logs_lightning_names_from_the_payload() -> None:
+    """Rates in the payload become lr-<Class>[-k][/pg<i>] metrics; without them the error says what is missing."""
+    drv = Driver(LearningRateMonitor())
+    lrs = (("SGD", (0.1,)), ("Adam", (0.01, 0.02)), ("SGD", (0.5,)))
+    (update,) = drv.send("fit.train.epoch_start", lr=lrs)
+    assert dict(update.metrics) == {"lr-SGD": 0.1, "lr-Adam/pg1": 0.01, "lr-Adam/pg2": 0.02, "lr-SGD-1": 0.5}
+    assert lr_metric_names([("SGD", (1.0,))]) == ["lr-SGD"]
+    with pytest.raises(RuntimeError, match=r"payload of 'fit.train.epoch_start' \(key 'lr'"):
+        drv.send("fit.train.epoch_start")
+    step = Driver(LearningRateMonitor(logging_interval="step"))
+    assert step.bus.handlers("fit.train.batch.optimizer_step")
+    with pytest.raises(ValueError, match=r"logging_interval='batch'"):
+        LearningRateMonitor("batch")
+
+
+# -- defaults -----------------------------------------------------------------------
+def test_default_listeners_order() -> None:
+    """Progress bar, CSV logger, event trace, then ModelCheckpoint(save_last=True) last when it exists."""
+    names = [type(x).__name__ for x in default_listeners()]
+    assert names[:3] == ["ProgressBar", "CSVLogger", "EventTrace"]
+    if importlib.util.find_spec("interlock.listeners.checkpoint") is not None:
+        assert names[3:] == ["ModelCheckpoint"]
+        assert default_listeners()[-1].save_last is True  # type: ignore[attr-defined]
+    else:
+        assert names[3:] == []
+
+
+def test_trainer_defaults_write_metrics_and_trace(
+    tmp_path: Path, digits: DigitsData, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Trainer given no listeners writes metrics.csv and events.jsonl into its run directory."""
+    trainer = Trainer(default_root_dir=tmp_path, accelerator="cpu", max_epochs=1, limit_train_batches=2)
+    trainer.fit(DigitsClassifier(), digits.train_dataloader(), digits.val_dataloader())
+    run = Path(trainer.state.run_dir)
+    assert (run / "metrics.csv").is_file() and read_trace(run).is_final
+    assert "Epoch 0: 2 batches" in capsys.readouterr().out
+    assert isinstance(trainer.listeners[1], CSVLogger)

@@ -1,0 +1,535 @@
+"""One measurement per process, for ``tools/bench.py``.
+
+Run as ``python tools/_bench_workers.py SPEC_JSON OUT_JSON``: ``SPEC_JSON`` names the
+measurement (``{"task": ..., ...}``); the result is written as JSON to ``OUT_JSON``.
+Everything a measurement needs (data, model, temporary files) is built in this
+process, so no run sees another's warm caches. Timings come from the
+``training_step`` calls themselves (the same clock reads in every variant):
+``us_per_step`` is the time from the first step's start to the last step's
+start divided by the steps between them; ``startup_ms`` is the time from the
+training call to the first step; ``total_ms`` is the whole call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import math
+import os
+import resource
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+FEATURES, HIDDEN, CLASSES = 32, 32, 2
+LR = 0.01
+
+
+# -- shared pieces ----------------------------------------------------------------------
+class StepClock:
+    """Clock reads at the start of every training step."""
+
+    def __init__(self) -> None:
+        self.first = 0.0
+        self.last = 0.0
+        self.count = 0
+
+    def tick(self) -> None:
+        now = time.perf_counter()
+        if self.count == 0:
+            self.first = now
+        self.last = now
+        self.count += 1
+
+    def summary(self, t_call: float, t_end: float) -> dict[str, float]:
+        steps = self.count
+        return {
+            "steps": steps,
+            "us_per_step": (self.last - self.first) / max(steps - 1, 1) * 1e6,
+            "startup_ms": (self.first - t_call) * 1e3,
+            "total_ms": (t_end - t_call) * 1e3,
+            "fit_us_per_step": (t_end - t_call) / max(steps, 1) * 1e6,
+        }
+
+
+def make_net() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(FEATURES, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, CLASSES))
+
+
+def make_dataset(samples: int, features: int = FEATURES) -> TensorDataset:
+    g = torch.Generator().manual_seed(0)
+    return TensorDataset(
+        torch.randn(samples, features, generator=g), torch.randint(0, CLASSES, (samples,), generator=g)
+    )
+
+
+def loss_of(net: torch.nn.Module, batch: Any) -> torch.Tensor:
+    x, y = batch
+    return torch.nn.functional.cross_entropy(net(x), y)
+
+
+def current_rss_mb() -> float:
+    """Resident set size now (Linux ``/proc``; the peak elsewhere)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as fh:
+            pages = int(fh.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        return peak_rss_mb()
+
+
+def peak_rss_mb() -> float:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Silence frameworks' warnings and log lines (stdout/stderr go to the parent's pipe anyway)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name in ("lightning", "pytorch_lightning", "lightning.pytorch", "lightning_fabric", "ignite"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+        yield
+
+
+# -- steps: one training run of one variant ---------------------------------------------
+def _plain(ds: TensorDataset, batch: int, clock: StepClock, max_steps: int, probe: Callable[[int], None]) -> None:
+    net = make_net()
+    opt = torch.optim.SGD(net.parameters(), lr=LR)
+    steps = 0
+    while True:
+        for batch_data in DataLoader(ds, batch_size=batch):
+            clock.tick()
+            opt.zero_grad(set_to_none=True)
+            loss_of(net, batch_data).backward()
+            opt.step()
+            steps += 1
+            probe(steps)
+            if steps >= max_steps:
+                return
+
+
+def _interlock(
+    ds: TensorDataset,
+    batch: int,
+    clock: StepClock,
+    max_steps: int,
+    probe: Callable[[int], None],
+    probe_every: int | None,
+    default: bool,
+) -> None:
+    import interlock
+
+    class Net(interlock.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = make_net()
+
+        def training_step(self, batch_data: Any, batch_idx: int) -> torch.Tensor:
+            clock.tick()
+            return loss_of(self.net, batch_data)
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=LR)
+
+    root = tempfile.mkdtemp(prefix="bench-interlock-")
+    trainer = interlock.Trainer(
+        max_epochs=10**6,
+        max_steps=max_steps,
+        listeners=None if default else [],
+        num_sanity_val_steps=0,
+        accelerator="cpu",
+        default_root_dir=root,
+    )
+    if probe_every:
+        trainer.on("fit.train.batch.end", lambda event: probe(event.global_step), every=probe_every)
+    trainer.fit(Net(), DataLoader(ds, batch_size=batch))
+
+
+def _lightning(ds: TensorDataset, batch: int, clock: StepClock, max_steps: int, default: bool) -> None:
+    import pytorch_lightning as pl
+
+    class Net(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = make_net()
+
+        def training_step(self, batch_data: Any, batch_idx: int) -> torch.Tensor:
+            clock.tick()
+            return loss_of(self.net, batch_data)
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=LR)
+
+    root = tempfile.mkdtemp(prefix="bench-lightning-")
+    extra: dict[str, Any] = (
+        {}
+        if default
+        else {
+            "logger": False,
+            "enable_checkpointing": False,
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+        }
+    )
+    trainer = pl.Trainer(
+        max_epochs=-1,
+        max_steps=max_steps,
+        accelerator="cpu",
+        devices=1,
+        num_sanity_val_steps=0,
+        default_root_dir=root,
+        **extra,
+    )
+    trainer.fit(Net(), DataLoader(ds, batch_size=batch))
+
+
+def _ignite(ds: TensorDataset, batch: int, clock: StepClock, max_steps: int) -> None:
+    from ignite.engine import Engine
+
+    net = make_net()
+    opt = torch.optim.SGD(net.parameters(), lr=LR)
+
+    def update(engine: Any, batch_data: Any) -> float:
+        clock.tick()
+        net.train()
+        opt.zero_grad(set_to_none=True)
+        loss = loss_of(net, batch_data)
+        loss.backward()
+        opt.step()
+        return loss
+
+    engine = Engine(update)
+    loader = DataLoader(ds, batch_size=batch)
+    engine.run(loader, max_epochs=math.ceil(max_steps / len(loader)), epoch_length=None)
+
+
+def _no_probe(step: int) -> None:
+    return None
+
+
+_FRAMEWORK = {
+    "interlock_bare": "interlock",
+    "interlock_default": "interlock.listeners",
+    "lightning": "pytorch_lightning",
+    "lightning_default": "pytorch_lightning",
+    "ignite": "ignite.engine",
+}
+
+
+def warm_up(variant: str) -> None:
+    """Pay the process's one-time costs before the clock starts, the same for every variant.
+
+    Imports the variant's framework, and takes one SGD step through a DataLoader
+    (the first optimizer step and loader iteration import parts of torch lazily).
+    """
+    import importlib
+
+    if variant in _FRAMEWORK:
+        with quiet():
+            importlib.import_module(_FRAMEWORK[variant])
+    net = make_net()
+    opt = torch.optim.SGD(net.parameters(), lr=LR)
+    for batch_data in DataLoader(make_dataset(4), batch_size=2):
+        opt.zero_grad(set_to_none=True)
+        loss_of(net, batch_data).backward()
+        opt.step()
+
+
+def run_steps(spec: dict[str, Any]) -> dict[str, Any]:
+    """Train one variant for ``steps`` SGD steps (``samples``/``batch`` per epoch)."""
+    torch.set_num_threads(spec.get("threads", 1))
+    variant, batch = spec["variant"], spec["batch"]
+    warm_up(variant)
+    ds = make_dataset(spec["samples"])
+    max_steps = spec.get("max_steps") or math.ceil(spec["samples"] / batch)
+    every = spec.get("rss_every")
+    rss: dict[int, float] = {}
+
+    def probe(step: int) -> None:
+        if step % every == 0:
+            rss[step] = current_rss_mb()
+
+    probe_fn = probe if every else _no_probe
+    clock = StepClock()
+    rss_before = current_rss_mb()
+    with quiet():
+        t_call = time.perf_counter()
+        if variant == "plain":
+            _plain(ds, batch, clock, max_steps, probe_fn)
+        elif variant in ("interlock_bare", "interlock_default"):
+            _interlock(ds, batch, clock, max_steps, probe_fn, every, default=variant == "interlock_default")
+        elif variant in ("lightning", "lightning_default"):
+            _lightning(ds, batch, clock, max_steps, default=variant == "lightning_default")
+        elif variant == "ignite":
+            _ignite(ds, batch, clock, max_steps)
+        else:
+            raise ValueError(f"unknown variant {variant!r}")
+        t_end = time.perf_counter()
+    out: dict[str, Any] = clock.summary(t_call, t_end)
+    out["peak_rss_mb"] = peak_rss_mb()
+    out["rss_before_mb"] = rss_before
+    if every:
+        out["rss_mb"] = {str(k): v for k, v in sorted(rss.items())}
+    return out
+
+
+# -- ddp: 2 ranks on CPU (gloo) ---------------------------------------------------------
+def _ddp_write(path: str, clock: StepClock) -> None:
+    Path(path).write_text(json.dumps({"first": clock.first, "last": clock.last, "count": clock.count}))
+
+
+def _plain_ddp_rank(rank: int, world: int, port: int, samples: int, batch: int, out: str) -> None:
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.utils.data.distributed import DistributedSampler
+
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+    dist.init_process_group("gloo", init_method="env://", world_size=world, rank=rank)
+    try:
+        ddp = DistributedDataParallel(make_net())
+        opt = torch.optim.SGD(ddp.parameters(), lr=LR)
+        ds = make_dataset(samples)
+        sampler = DistributedSampler(ds, num_replicas=world, rank=rank, shuffle=False)
+        clock = StepClock()
+        for batch_data in DataLoader(ds, batch_size=batch, sampler=sampler):
+            clock.tick()
+            opt.zero_grad(set_to_none=True)
+            loss_of(ddp, batch_data).backward()
+            opt.step()
+        if rank == 0:
+            _ddp_write(out, clock)
+    finally:
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def run_ddp(spec: dict[str, Any]) -> dict[str, Any]:
+    """2 CPU ranks over gloo: a plain DDP loop or ``interlock.Trainer(strategy="ddp", devices=2)``."""
+    import torch.multiprocessing as mp
+
+    world, samples, batch = spec.get("world", 2), spec["samples"], spec["batch"]
+    out = tempfile.mktemp(prefix="bench-ddp-", suffix=".json")
+    t_call = time.perf_counter()
+    if spec["variant"] == "plain_ddp":
+        mp.start_processes(
+            _plain_ddp_rank, args=(world, _free_port(), samples, batch, out), nprocs=world, start_method="fork"
+        )
+    else:
+        try:
+            import interlock
+            from interlock.plugins.ddp import DDPStrategy  # noqa: F401  (availability check)
+        except ImportError as exc:
+            return {"unavailable": f"interlock's ddp strategy cannot be imported: {exc}"}
+        per_rank = math.ceil(math.ceil(samples / world) / batch)
+
+        class Net(interlock.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.net = make_net()
+                self.clock = StepClock()
+
+            def training_step(self, batch_data: Any, batch_idx: int) -> torch.Tensor:
+                self.clock.tick()
+                if self.clock.count == per_rank and int(os.environ.get("RANK", "0")) == 0:
+                    _ddp_write(out, self.clock)
+                return loss_of(self.net, batch_data)
+
+            def configure_optimizers(self) -> Any:
+                return torch.optim.SGD(self.parameters(), lr=LR)
+
+        with quiet(), contextlib.redirect_stderr(io.StringIO()):
+            trainer = interlock.Trainer(
+                max_epochs=1,
+                listeners=[],
+                num_sanity_val_steps=0,
+                accelerator="cpu",
+                devices=world,
+                strategy="ddp",
+                default_root_dir=tempfile.mkdtemp(prefix="bench-ddp-"),
+            )
+            trainer.fit(Net(), DataLoader(make_dataset(samples), batch_size=batch))
+    t_end = time.perf_counter()
+    clock = json.loads(Path(out).read_text())
+    os.unlink(out)
+    steps = clock["count"]
+    return {
+        "steps": steps,
+        "us_per_step": (clock["last"] - clock["first"]) / max(steps - 1, 1) * 1e6,
+        "total_ms": (t_end - t_call) * 1e3,
+    }
+
+
+# -- checkpoint writes --------------------------------------------------------------------
+def _ckpt_payload(megabytes: float) -> dict[str, Any]:
+    g = torch.Generator().manual_seed(0)
+    side = 1024
+    n = max(1, round(megabytes * 2**20 / (side * side * 4)))
+    model = {}
+    for i in range(n):
+        model[f"layers.{i}.weight"] = torch.randn(side, side, generator=g)
+        model[f"layers.{i}.bias"] = torch.randn(side, generator=g)
+    return {"model": model, "step": 1}
+
+
+def _save(method: str, payload: dict[str, Any], path: Path) -> None:
+    if method == "torch_save":
+        torch.save(payload, path)
+    elif method == "torch_save_fsync":
+        with open(path, "wb") as fh:
+            torch.save(payload, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+    elif method == "interlock":
+        from interlock.plugins.checkpoint_io import TorchCheckpointIO
+
+        TorchCheckpointIO().save_checkpoint(payload, path)
+    else:
+        raise ValueError(f"unknown checkpoint method {method!r}")
+
+
+def run_ckpt(spec: dict[str, Any]) -> dict[str, Any]:
+    """Time one save of a ~``megabytes`` state dict (after one small warm-up save by the same method)."""
+    directory = Path(tempfile.mkdtemp(prefix="bench-ckpt-", dir=spec.get("dir")))
+    payload = _ckpt_payload(spec["megabytes"])
+    _save(spec["variant"], {"w": torch.zeros(16)}, directory / "warmup.ckpt")
+    target = directory / "model.ckpt"
+    t0 = time.perf_counter()
+    _save(spec["variant"], payload, target)
+    seconds = time.perf_counter() - t0
+    size = target.stat().st_size
+    for f in directory.iterdir():
+        f.unlink()
+    directory.rmdir()
+    return {"ms": seconds * 1e3, "bytes": size}
+
+
+# -- resume: how long until the first batch, near vs far into an epoch ------------------
+def _resume_module(stop_at_first: bool) -> Any:
+    import interlock
+
+    class Reached(Exception):
+        pass
+
+    class Net(interlock.Module):
+        reached = Reached
+
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.net = torch.nn.Linear(4, 2)
+            self.first_step: float | None = None
+
+        def training_step(self, batch_data: Any, batch_idx: int) -> torch.Tensor:
+            if self.first_step is None:
+                self.first_step = time.perf_counter()
+            if stop_at_first:
+                raise Reached(batch_idx)
+            return loss_of(self.net, batch_data)
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=LR)
+
+    return Net()
+
+
+def _resume_trainer(root: str) -> Any:
+    import interlock
+
+    return interlock.Trainer(
+        max_epochs=1, listeners=[], num_sanity_val_steps=0, accelerator="cpu", default_root_dir=root
+    )
+
+
+def run_resume_prepare(spec: dict[str, Any]) -> dict[str, Any]:
+    """Write the checkpoints the resume runs start from: one really taken at batch ``near``, and the
+    same checkpoint with its position moved to batch ``far`` (a run of ``far`` real steps would only
+    add time; the resume path reads nothing but the position and the shuffle seed)."""
+    import interlock
+    from interlock.plugins.checkpoint_io import TorchCheckpointIO
+
+    torch.set_num_threads(1)
+    near, far, out = spec["near"], spec["far"], Path(spec["dir"])
+    loader = DataLoader(make_dataset(spec["samples"], 4), batch_size=spec["batch"], shuffle=True)
+    trainer = _resume_trainer(str(out / "runs"))
+    near_path = out / "near.ckpt"
+    trainer.on("fit.train.batch.end", lambda event: interlock.SaveCheckpoint(str(near_path), "bench"), once=near)
+    trainer.on("fit.train.batch.end", lambda event: interlock.Stop("bench"), once=near + 1)
+    with quiet(), contextlib.redirect_stderr(io.StringIO()):
+        trainer.fit(_resume_module(stop_at_first=False), loader)
+    io_ = TorchCheckpointIO()
+    ckpt = io_.load_checkpoint(near_path)
+    progress = ckpt["state"]["progress"]
+    saved_at = progress["batch_idx"]
+    shift = far - saved_at
+    for key in ("batch_idx", "global_step", "train_batches"):
+        progress[key] += shift
+    io_.save_checkpoint(ckpt, out / "far.ckpt")
+    return {"near": saved_at, "far": far, "near_ckpt": str(near_path), "far_ckpt": str(out / "far.ckpt")}
+
+
+def run_resume(spec: dict[str, Any]) -> dict[str, Any]:
+    """``fit``: from ``trainer.fit(ckpt_path=...)`` to the first training step; ``iterate``:
+    ``EpochData.iterate(start)`` plus the first ``next()``, the data connector alone."""
+    torch.set_num_threads(1)
+    warm_up("interlock_bare")
+    ds = make_dataset(spec["samples"], 4)
+    loader = DataLoader(ds, batch_size=spec["batch"], shuffle=True)
+    if spec["variant"] == "iterate":
+        from interlock.connectors.data import EpochData, prepare_loader
+
+        data = EpochData(prepare_loader(loader))
+        t0 = time.perf_counter()
+        it = data.iterate(spec["start"], 12345)
+        next(it)
+        return {"ms": (time.perf_counter() - t0) * 1e3}
+    module = _resume_module(stop_at_first=True)
+    trainer = _resume_trainer(tempfile.mkdtemp(prefix="bench-resume-"))
+    with quiet(), contextlib.redirect_stderr(io.StringIO()):
+        t0 = time.perf_counter()
+        try:
+            trainer.fit(module, loader, ckpt_path=spec["ckpt"])
+        except module.reached as exc:
+            start = int(exc.args[0])
+        else:
+            raise RuntimeError("the resumed fit never reached a training step")
+    return {"ms": (module.first_step - t0) * 1e3, "batch_idx": start}
+
+
+TASKS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "steps": run_steps,
+    "ddp": run_ddp,
+    "ckpt": run_ckpt,
+    "resume_prepare": run_resume_prepare,
+    "resume": run_resume,
+}
+
+
+def main(argv: list[str]) -> int:
+    spec, out = json.loads(argv[0]), Path(argv[1])
+    result = TASKS[spec["task"]](spec)
+    out.write_text(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,523 @@
+"""Measure interlock's overhead side by side with a plain loop, Lightning and Ignite.
+
+Every measurement runs in a fresh process (``tools/_bench_workers.py``), the
+variants of a section interleaved round by round (A B C, B C A, ...), and each
+result is the median over ``--repeats`` rounds. Targets are printed beside the
+results with PASS/MISS; a miss is reported, never an error (exit status 0).
+
+    .venv/bin/python tools/bench.py                 # everything, as on the Performance page
+    .venv/bin/python tools/bench.py --only steps --repeats 9
+    .venv/bin/python tools/bench.py --quick --json  # tiny sizes (the smoke test)
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import importlib.util
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+WORKER = HERE / "_bench_workers.py"
+SRC = HERE.parent / "src"
+
+SECTIONS = ("steps", "ddp", "ckpt", "resume", "rss")
+STEP_VARIANTS = ("plain", "interlock_bare", "interlock_default", "lightning", "lightning_default", "ignite")
+#: Which import each optional variant needs.
+NEEDS = {"lightning": "pytorch_lightning", "lightning_default": "pytorch_lightning", "ignite": "ignite"}
+
+TARGETS = {
+    "ddp_ratio": 1.10,
+    "ckpt_ratio": 1.2,
+    "resume_ratio": 2.0,
+    "peak_rss_over_mb": 30.0,
+    "rss_growth_mb": 5.0,
+}
+
+#: Sizes of every section: the full run, and ``--quick`` (the smoke test).
+SIZES: dict[str, dict[str, Any]] = {
+    "full": {
+        "steps_samples": 20_000,
+        "batch": 10,
+        "ddp_samples": 20_000,
+        "ckpt_megabytes": 50,
+        "resume_samples": 1_050_000,
+        "resume_near": 10,
+        "resume_far": 100_000,
+        "growth_steps": 100_000,
+        "growth_every": 10_000,
+        "repeats": 5,
+        "warmup": 1,
+    },
+    "quick": {
+        "steps_samples": 200,
+        "batch": 10,
+        "ddp_samples": 400,
+        "ckpt_megabytes": 2,
+        "resume_samples": 20_000,
+        "resume_near": 10,
+        "resume_far": 1_000,
+        "growth_steps": 400,
+        "growth_every": 100,
+        "repeats": 1,
+        "warmup": 0,
+    },
+}
+
+
+class Runner:
+    """Starts one worker process per measurement and collects its JSON result."""
+
+    def __init__(self, workdir: Path, verbose: bool, timeout: float) -> None:
+        self.workdir = workdir
+        self.verbose = verbose
+        self.timeout = timeout
+        self.count = 0
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH", "")) if p)
+        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TMPDIR=str(workdir), PYTHONHASHSEED="0")
+        self.env = env
+
+    def log(self, message: str) -> None:
+        if self.verbose:
+            print(message, file=sys.stderr, flush=True)
+
+    def run(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """Run one measurement; ``{"error": ...}`` when the worker failed."""
+        self.count += 1
+        out = self.workdir / f"result-{self.count}.json"
+        label = " ".join(f"{k}={v}" for k, v in spec.items() if k in ("task", "variant", "start"))
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run(
+                [sys.executable, str(WORKER), json.dumps(spec), str(out)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=self.env,
+                cwd=self.workdir,
+                timeout=self.timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            self.log(f"  {label}: timed out after {self.timeout:.0f} s")
+            return {"error": f"timed out after {self.timeout:.0f} s"}
+        if proc.returncode != 0 or not out.exists():
+            tail = (proc.stderr or "").strip().splitlines()[-6:]
+            self.log(f"  {label}: failed (exit {proc.returncode})\n    " + "\n    ".join(tail))
+            return {"error": f"exit {proc.returncode}: " + " | ".join(tail)}
+        result: dict[str, Any] = json.loads(out.read_text())
+        out.unlink()
+        self.log(f"  {label}: {_brief(result)} ({time.perf_counter() - t0:.1f} s)")
+        return result
+
+
+def _brief(result: dict[str, Any]) -> str:
+    keys = ("us_per_step", "ms", "unavailable")
+    return ", ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in result.items() if k in keys)
+
+
+def interleave(
+    runner: Runner, specs: dict[str, dict[str, Any]], repeats: int, warmup: int
+) -> dict[str, list[dict[str, Any]]]:
+    """Run each named spec ``warmup + repeats`` times, rotating the order every round; drop the warm-up rounds."""
+    names = list(specs)
+    results: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
+    for rnd in range(warmup + repeats):
+        shift = rnd % len(names)
+        for name in names[shift:] + names[:shift]:
+            result = runner.run(specs[name])
+            if rnd >= warmup:
+                results[name].append(result)
+    return results
+
+
+def median_of(runs: Sequence[dict[str, Any]], key: str) -> float | None:
+    values = [float(r[key]) for r in runs if key in r and math.isfinite(float(r[key]))]
+    return statistics.median(values) if values else None
+
+
+def first_error(runs: Sequence[dict[str, Any]]) -> str | None:
+    return next((r["error"] for r in runs if "error" in r), None)
+
+
+def verdict(value: float | None, target: float) -> str:
+    if value is None:
+        return "n/a"
+    return "PASS" if value <= target else "MISS"
+
+
+# -- sections -----------------------------------------------------------------------------
+Runs = dict[str, list[dict[str, Any]]]
+
+
+def section_steps(
+    runner: Runner, size: dict[str, Any], variants: Sequence[str], repeats: int, warmup: int
+) -> tuple[dict[str, Any], dict[str, Any], Runs]:
+    base = {"task": "steps", "samples": size["steps_samples"], "batch": size["batch"], "threads": 1}
+    specs = {v: {**base, "variant": v} for v in variants}
+    runner.log(f"[steps] {', '.join(variants)}: {repeats} rounds (+{warmup} warm-up), one process per run")
+    runs = interleave(runner, specs, repeats, warmup)
+    plain = median_of(runs.get("plain", []), "us_per_step")
+    plain_fit = median_of(runs.get("plain", []), "fit_us_per_step")
+    table: dict[str, Any] = {}
+    for name, rs in runs.items():
+        us = median_of(rs, "us_per_step")
+        fit = median_of(rs, "fit_us_per_step")
+        row: dict[str, Any] = {
+            "us_per_step": us,
+            "overhead_us_per_step": None if us is None or plain is None else us - plain,
+            "ratio": None if us is None or not plain else us / plain,
+            "min_us_per_step": min((r["us_per_step"] for r in rs if "us_per_step" in r), default=None),
+            "startup_ms": median_of(rs, "startup_ms"),
+            "fit_us_per_step": fit,
+            "fit_overhead_us_per_step": None if fit is None or plain_fit is None else fit - plain_fit,
+            "peak_rss_mb": median_of(rs, "peak_rss_mb"),
+            "samples_us_per_step": [r.get("us_per_step") for r in rs],
+        }
+        error = first_error(rs)
+        if error is not None:
+            row["error"] = error
+        table[name] = row
+    steps = next((r["steps"] for rs in runs.values() for r in rs if "steps" in r), None)
+    return table, {"steps_per_run": steps, "samples": size["steps_samples"], "batch": size["batch"]}, runs
+
+
+def section_ddp(runner: Runner, size: dict[str, Any], repeats: int, warmup: int) -> dict[str, Any]:
+    base = {"task": "ddp", "samples": size["ddp_samples"], "batch": size["batch"], "world": 2}
+    runner.log(f"[ddp] 2 ranks (gloo, fork): plain DDP loop vs interlock strategy='ddp', {repeats} rounds")
+    runs = interleave(
+        runner,
+        {"plain_ddp": {**base, "variant": "plain_ddp"}, "interlock_ddp": {**base, "variant": "interlock_ddp"}},
+        repeats,
+        warmup,
+    )
+    missing = next((r["unavailable"] for r in runs["interlock_ddp"] if "unavailable" in r), None)
+    if missing is not None:
+        return {"status": "unavailable", "reason": missing, "target_ratio": TARGETS["ddp_ratio"]}
+    plain, ours = median_of(runs["plain_ddp"], "us_per_step"), median_of(runs["interlock_ddp"], "us_per_step")
+    ratio = ours / plain if ours is not None and plain else None
+    out: dict[str, Any] = {
+        "status": "ok" if ratio is not None else "error",
+        "steps_per_rank": next((r["steps"] for r in runs["plain_ddp"] if "steps" in r), None),
+        "plain_us_per_step": plain,
+        "interlock_us_per_step": ours,
+        "ratio": ratio,
+        "target_ratio": TARGETS["ddp_ratio"],
+        "verdict": verdict(ratio, TARGETS["ddp_ratio"]),
+        "samples": {k: [r.get("us_per_step") for r in v] for k, v in runs.items()},
+    }
+    error = first_error(runs["plain_ddp"]) or first_error(runs["interlock_ddp"])
+    if error is not None:
+        out["error"] = error
+    return out
+
+
+def section_ckpt(runner: Runner, size: dict[str, Any], repeats: int, warmup: int) -> dict[str, Any]:
+    base = {"task": "ckpt", "megabytes": size["ckpt_megabytes"], "dir": str(runner.workdir)}
+    names = ("torch_save", "torch_save_fsync", "interlock")
+    runner.log(f"[ckpt] save of a {size['ckpt_megabytes']} MB state dict: {', '.join(names)}, {repeats} rounds")
+    runs = interleave(runner, {n: {**base, "variant": n} for n in names}, repeats, warmup)
+    ms = {n: median_of(runs[n], "ms") for n in names}
+    ours, plain, synced = ms["interlock"], ms["torch_save"], ms["torch_save_fsync"]
+    ratio = ours / plain if ours is not None and plain else None
+    out: dict[str, Any] = {
+        "status": "ok" if ratio is not None else "error",
+        "megabytes": next((r["bytes"] / 2**20 for r in runs["torch_save"] if "bytes" in r), None),
+        "ms": ms,
+        "ratio": ratio,
+        "ratio_vs_fsync": ours / synced if ours is not None and synced else None,
+        "target_ratio": TARGETS["ckpt_ratio"],
+        "verdict": verdict(ratio, TARGETS["ckpt_ratio"]),
+        "samples_ms": {n: [r.get("ms") for r in runs[n]] for n in names},
+    }
+    error = next((e for n in names if (e := first_error(runs[n])) is not None), None)
+    if error is not None:
+        out["error"] = error
+    return out
+
+
+def section_resume(runner: Runner, size: dict[str, Any], repeats: int, warmup: int) -> dict[str, Any]:
+    near, far, samples = size["resume_near"], size["resume_far"], size["resume_samples"]
+    directory = Path(tempfile.mkdtemp(prefix="resume-", dir=runner.workdir))
+    runner.log(f"[resume] {samples:,} samples, batch {size['batch']}: resume at batch {near} vs {far:,}")
+    prepared = runner.run(
+        {
+            "task": "resume_prepare",
+            "samples": samples,
+            "batch": size["batch"],
+            "near": near,
+            "far": far,
+            "dir": str(directory),
+        }
+    )
+    if "error" in prepared:
+        shutil.rmtree(directory, ignore_errors=True)
+        return {"status": "error", "error": prepared["error"], "target_ratio": TARGETS["resume_ratio"]}
+    base = {"task": "resume", "samples": samples, "batch": size["batch"]}
+    specs = {
+        "fit_near": {**base, "variant": "fit", "start": near, "ckpt": prepared["near_ckpt"]},
+        "fit_far": {**base, "variant": "fit", "start": far, "ckpt": prepared["far_ckpt"]},
+        "iterate_near": {**base, "variant": "iterate", "start": near},
+        "iterate_far": {**base, "variant": "iterate", "start": far},
+    }
+    runs = interleave(runner, specs, repeats, warmup)
+    shutil.rmtree(directory, ignore_errors=True)
+    ms = {n: median_of(runs[n], "ms") for n in specs}
+    fit_ratio = ms["fit_far"] / ms["fit_near"] if ms["fit_far"] is not None and ms["fit_near"] else None
+    it_ratio = ms["iterate_far"] / ms["iterate_near"] if ms["iterate_far"] is not None and ms["iterate_near"] else None
+    worst = max((r for r in (fit_ratio, it_ratio) if r is not None), default=None)
+    out: dict[str, Any] = {
+        "status": "ok" if worst is not None else "error",
+        "samples": samples,
+        "near_batch": near,
+        "far_batch": far,
+        "resumed_at": sorted({r["batch_idx"] for n in ("fit_near", "fit_far") for r in runs[n] if "batch_idx" in r}),
+        "ms": ms,
+        "fit_ratio": fit_ratio,
+        "iterate_ratio": it_ratio,
+        "target_ratio": TARGETS["resume_ratio"],
+        "verdict": verdict(worst, TARGETS["resume_ratio"]),
+        "samples_ms": {n: [r.get("ms") for r in runs[n]] for n in specs},
+    }
+    error = next((e for n in specs if (e := first_error(runs[n])) is not None), None)
+    if error is not None:
+        out["error"] = error
+    return out
+
+
+def section_rss(
+    runner: Runner,
+    size: dict[str, Any],
+    repeats: int,
+    warmup: int,
+    steps_runs: dict[str, list[dict[str, Any]]] | None,
+    variants: Sequence[str],
+) -> dict[str, Any]:
+    names = [n for n in ("plain", "interlock_bare", "interlock_default") if n in variants]
+    if steps_runs is not None and all(n in steps_runs for n in names):
+        runs = {n: steps_runs[n] for n in names}
+        runner.log("[rss] peak RSS: taken from the steps runs")
+    else:
+        runner.log(f"[rss] peak RSS: {', '.join(names)}, {repeats} rounds")
+        base = {"task": "steps", "samples": size["steps_samples"], "batch": size["batch"], "threads": 1}
+        runs = interleave(runner, {n: {**base, "variant": n} for n in names}, repeats, warmup)
+    peak = {n: median_of(runs[n], "peak_rss_mb") for n in names}
+    over = {
+        n: (peak[n] - peak["plain"]) if peak[n] is not None and peak["plain"] is not None else None for n in names[1:]
+    }
+    worst_over = max((v for v in over.values() if v is not None), default=None)
+
+    total, every = size["growth_steps"], size["growth_every"]
+    runner.log(f"[rss] growth over {total:,} steps (RSS every {every:,} steps), one run each")
+    base = {"task": "steps", "samples": 20_000 if total >= 20_000 else 2_000, "batch": size["batch"], "threads": 1}
+    growth: dict[str, Any] = {}
+    for n in names:
+        result = runner.run({**base, "variant": n, "max_steps": total, "rss_every": every})
+        samples = {int(k): v for k, v in result.get("rss_mb", {}).items()}
+        if every in samples and total in samples:
+            growth[n] = {"mb": samples[total] - samples[every], "rss_mb": {str(k): v for k, v in samples.items()}}
+        else:
+            growth[n] = {"mb": None, "error": result.get("error", "no RSS samples at the first/last step")}
+    worst_growth = max((g["mb"] for n, g in growth.items() if n != "plain" and g["mb"] is not None), default=None)
+    return {
+        "status": "ok" if worst_over is not None or worst_growth is not None else "error",
+        "peak_rss_mb": peak,
+        "peak_over_plain_mb": over,
+        "target_peak_over_mb": TARGETS["peak_rss_over_mb"],
+        "peak_verdict": verdict(worst_over, TARGETS["peak_rss_over_mb"]),
+        "growth_steps": total,
+        "growth_from_step": every,
+        "growth": growth,
+        "target_growth_mb": TARGETS["rss_growth_mb"],
+        "growth_verdict": verdict(worst_growth, TARGETS["rss_growth_mb"]),
+    }
+
+
+# -- report -------------------------------------------------------------------------------
+def machine() -> dict[str, Any]:
+    versions = {}
+    for dist in ("torch", "interlock", "pytorch-lightning", "pytorch-ignite"):
+        try:
+            versions[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            versions[dist] = None
+    return {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "versions": versions,
+        "torch_threads": 1,
+        "load_average_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+    }
+
+
+def _num(value: Any, fmt: str = "{:.1f}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def render(report: dict[str, Any]) -> str:
+    lines: list[str] = []
+    m = report["machine"]
+    lines.append(
+        f"machine: {m['cpus']} CPUs, {m['platform']}, python {m['python']}, torch {m['versions']['torch']}, "
+        f"load average {_num((m.get('load_average_start') or [None])[0], '{:.2f}')} at start, "
+        f"{_num((m.get('load_average_end') or [None])[0], '{:.2f}')} at end"
+    )
+    steps = report.get("steps")
+    if steps is not None:
+        lines.append("")
+        lines.append(
+            f"steps: {steps['steps_per_run']} SGD steps per run (MLP 32-32-2, {steps['samples']:,} samples, "
+            f"batch {steps['batch']}, 1 thread), median of {report['config']['repeats']} interleaved runs"
+        )
+        head = f"{'variant':<19} {'us/step':>9} {'overhead':>9} {'ratio':>7} {'startup ms':>11} {'peak RSS MB':>12}"
+        lines.append(head)
+        lines.append("-" * len(head))
+        for name, row in report["variants"].items():
+            if "unavailable" in row:
+                lines.append(f"{name:<19} unavailable ({row['unavailable']})")
+                continue
+            lines.append(
+                f"{name:<19} {_num(row['us_per_step']):>9} {_num(row['overhead_us_per_step'], '{:+.1f}'):>9} "
+                f"{_num(row['ratio'], '{:.2f}x'):>7} {_num(row['startup_ms']):>11} {_num(row['peak_rss_mb']):>12}"
+                + (f"  ERROR {row['error']}" if "error" in row else "")
+            )
+    ddp = report.get("ddp")
+    if ddp is not None:
+        lines.append("")
+        if ddp["status"] == "unavailable":
+            lines.append(f"ddp: unavailable ({ddp['reason']})")
+        else:
+            lines.append(
+                f"ddp (2 ranks, gloo, {ddp['steps_per_rank']} steps/rank): plain {_num(ddp['plain_us_per_step'])} "
+                f"us/step, interlock {_num(ddp['interlock_us_per_step'])} us/step, ratio "
+                f"{_num(ddp['ratio'], '{:.2f}x')} (target <= {ddp['target_ratio']:.2f}x) {ddp['verdict']}"
+            )
+    ck = report.get("ckpt")
+    if ck is not None:
+        lines.append("")
+        ms = ck.get("ms", {})
+        lines.append(
+            f"checkpoint save ({_num(ck.get('megabytes'))} MB): torch.save {_num(ms.get('torch_save'))} ms, "
+            f"torch.save+fsync {_num(ms.get('torch_save_fsync'))} ms, interlock {_num(ms.get('interlock'))} ms; "
+            f"ratio {_num(ck.get('ratio'), '{:.2f}x')} vs torch.save (target <= {ck['target_ratio']:.1f}x) "
+            f"{ck.get('verdict', 'n/a')}, {_num(ck.get('ratio_vs_fsync'), '{:.2f}x')} vs torch.save+fsync"
+        )
+    rs = report.get("resume")
+    if rs is not None:
+        lines.append("")
+        if rs["status"] == "error":
+            lines.append(f"resume: error ({rs['error']})")
+        else:
+            ms = rs["ms"]
+            lines.append(
+                f"resume ({rs['samples']:,} samples, batch 10) to the first training step: at batch {rs['near_batch']} "
+                f"{_num(ms['fit_near'])} ms, at batch {rs['far_batch']:,} {_num(ms['fit_far'])} ms "
+                f"({_num(rs['fit_ratio'], '{:.2f}x')}); EpochData.iterate+next {_num(ms['iterate_near'])} ms vs "
+                f"{_num(ms['iterate_far'])} ms ({_num(rs['iterate_ratio'], '{:.2f}x')}); "
+                f"target <= {rs['target_ratio']:.1f}x {rs['verdict']}"
+            )
+    rss = report.get("rss")
+    if rss is not None:
+        lines.append("")
+        peak, over = rss["peak_rss_mb"], rss["peak_over_plain_mb"]
+        parts = [f"plain {_num(peak.get('plain'))} MB"] + [
+            f"{n} {_num(peak[n])} MB ({_num(over[n], '{:+.1f}')})" for n in over
+        ]
+        lines.append(
+            f"peak RSS: {', '.join(parts)}; target <= +{rss['target_peak_over_mb']:.0f} MB {rss['peak_verdict']}"
+        )
+        parts = [f"{n} {_num(g['mb'], '{:+.2f}')} MB" for n, g in rss["growth"].items()]
+        lines.append(
+            f"RSS growth from step {rss['growth_from_step']:,} to {rss['growth_steps']:,}: {', '.join(parts)}; "
+            f"target <= {rss['target_growth_mb']:.0f} MB {rss['growth_verdict']}"
+        )
+    return "\n".join(lines)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", default=",".join(SECTIONS), help=f"sections to run, comma-separated: {SECTIONS}")
+    parser.add_argument("--variants", default=",".join(STEP_VARIANTS), help="training-loop variants of `steps`")
+    parser.add_argument("--repeats", type=int, default=None, help="measured rounds per variant (default 5; quick 1)")
+    parser.add_argument("--warmup", type=int, default=None, help="unmeasured rounds first (default 1; quick 0)")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes everywhere (a smoke test, not a measurement)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.add_argument("--output", type=Path, default=None, help="also write the JSON report to this file")
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed to one worker process")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    args = parser.parse_args(argv)
+    only = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = sorted(set(only) - set(SECTIONS))
+    if unknown:
+        parser.error(f"unknown section(s) {unknown}; choose from {', '.join(SECTIONS)}")
+    args.sections = [s for s in SECTIONS if s in only]
+    args.variant_list = [v.strip() for v in args.variants.split(",") if v.strip()]
+    bad = sorted(set(args.variant_list) - set(STEP_VARIANTS))
+    if bad:
+        parser.error(f"unknown variant(s) {bad}; choose from {', '.join(STEP_VARIANTS)}")
+    if "plain" not in args.variant_list:
+        args.variant_list.insert(0, "plain")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    size = SIZES["quick" if args.quick else "full"]
+    repeats = max(1, args.repeats if args.repeats is not None else size["repeats"])
+    warmup = max(0, args.warmup if args.warmup is not None else size["warmup"])
+    workdir = Path(tempfile.mkdtemp(prefix="interlock-bench-"))
+    runner = Runner(workdir, verbose=not args.quiet, timeout=args.timeout)
+    report: dict[str, Any] = {
+        "machine": machine(),
+        "config": {**size, "quick": args.quick, "repeats": repeats, "warmup": warmup, "sections": args.sections},
+        "targets": TARGETS,
+        "variants": {},
+    }
+    t0 = time.perf_counter()
+    steps_runs: dict[str, list[dict[str, Any]]] | None = None
+    sections: dict[str, Callable[[], Any]] = {
+        "ddp": lambda: section_ddp(runner, size, repeats, warmup),
+        "ckpt": lambda: section_ckpt(runner, size, repeats, warmup),
+        "resume": lambda: section_resume(runner, size, repeats, warmup),
+        "rss": lambda: section_rss(runner, size, repeats, warmup, steps_runs, args.variant_list),
+    }
+    try:
+        for name in args.sections:
+            if name == "steps":
+                available = [v for v in args.variant_list if v not in NEEDS or importlib.util.find_spec(NEEDS[v])]
+                table, info, steps_runs = section_steps(runner, size, available, repeats, warmup)
+                for v in args.variant_list:
+                    if v not in available:
+                        table[v] = {"unavailable": f"{NEEDS[v]} is not installed (pip install -e '.[bench]')"}
+                report["variants"] = table
+                report["steps"] = info
+            else:
+                report[name] = sections[name]()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    report["machine"]["load_average_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    report["seconds"] = time.perf_counter() - t0
+    text = json.dumps(report, indent=2)
+    if args.output is not None:
+        args.output.write_text(text + "\n")
+    print(text if args.json else render(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
