@@ -48,6 +48,8 @@ states = st.builds(
     listeners=st.dictionaries(names, st.dictionaries(names, plain, max_size=3), max_size=3),
     seed=st.none() | st.integers(0, 2**32 - 1),
     run_dir=st.text(max_size=12),
+    global_rank=st.integers(0, 64),
+    world_size=st.integers(1, 64),
 )
 
 

@@ -90,6 +90,13 @@ class TrainerState:
     listeners: Mapping[str, Any] = attrs.field(factory=dict, converter=freeze)
     seed: int | None = None
     run_dir: str = ""
+    global_rank: int = attrs.field(default=0, validator=_non_negative)
+    world_size: int = attrs.field(default=1, validator=_non_negative)
+
+    @property
+    def is_global_zero(self) -> bool:
+        """Whether this process is rank 0 (the one that writes logs and checkpoints)."""
+        return self.global_rank == 0
 
     # -- convenience views -------------------------------------------------------
     @property
