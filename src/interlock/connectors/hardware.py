@@ -12,7 +12,6 @@ from interlock.accelerators.base import Accelerator
 from interlock.accelerators.registry import select_accelerator
 from interlock.plugins.ddp import DDPSpawnStrategy, DDPStrategy
 from interlock.plugins.environments import ClusterEnvironment, LocalEnvironment, detect_environment
-from interlock.plugins.fsdp import FSDPStrategy
 from interlock.plugins.precision import Precision, precision_plugin
 from interlock.plugins.strategy import SingleDevice, Strategy
 
@@ -72,10 +71,10 @@ def resolve_hardware(
             f"Trainer(strategy='single_device') runs on one device but devices={devices!r} selects {len(indices)}; "
             "use strategy='ddp' or devices=1"
         )
-    if strategy == "fsdp" and prec.flag in FSDPStrategy.unsupported_precision:
+    if strategy == "fsdp" and prec.flag in _fsdp().unsupported_precision:
         raise ValueError(
             f"Trainer(strategy='fsdp', precision={prec.flag!r}) is not supported: "
-            f"{FSDPStrategy.unsupported_precision[prec.flag]}; use precision='bf16-mixed', '32-true' or a '*-true' flag"
+            f"{_fsdp().unsupported_precision[prec.flag]}; use precision='bf16-mixed', '32-true' or a '*-true' flag"
         )
     if strategy == "ddp_spawn" and launched:
         raise ValueError(
@@ -100,5 +99,12 @@ def build_strategy(name: str, num_devices: int, environment: ClusterEnvironment 
     if name == "ddp_spawn":
         return DDPSpawnStrategy(num_devices)
     if name == "fsdp":
-        return FSDPStrategy(num_devices, environment)
+        return _fsdp()(num_devices, environment)
     raise ValueError(f"Trainer(strategy={name!r}) is invalid: choose one of {', '.join(repr(s) for s in STRATEGIES)}")
+
+
+def _fsdp() -> Any:
+    """The FSDP strategy class, imported on demand (torch.distributed.checkpoint is slow to import)."""
+    from interlock.plugins.fsdp import FSDPStrategy
+
+    return FSDPStrategy

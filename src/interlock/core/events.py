@@ -185,12 +185,17 @@ class EventBus:
         """Emit ``event`` on its signal; returns ``(source, update)`` pairs in order.
 
         ``state_ref()`` gives the current state; it is only built when a handler
-        takes it. Receivers connected to the blinker signal directly (not through
+        takes it. When the bus's dispatcher is the signal's only receiver it is
+        called directly (the same delivery, without blinker's per-send overhead). Receivers connected to the blinker signal directly (not through
         :meth:`on`) are called as ``receiver(event, state_ref=...)`` after the
         ordered handlers, and may also return updates.
         """
+        signal = self.signals[event.name]
+        if len(signal.receivers) == 1 and self._handlers[event.name]:
+            # the bus's own dispatcher is the signal's only receiver: call it without blinker's bookkeeping
+            return self._dispatch(event, state_ref=state_ref)
         out: list[tuple[str, Update]] = []
-        for receiver, result in self.signals[event.name].send(event, state_ref=state_ref):
+        for receiver, result in signal.send(event, state_ref=state_ref):
             if receiver == self._dispatch:
                 out.extend(result)
             else:
