@@ -7,6 +7,8 @@ import json
 import os
 import pickle
 import shutil
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -47,7 +49,7 @@ def transition_numbers(names: list[str], points: list[tuple[str, int]]) -> list[
 @settings(
     max_examples=2,
     deadline=None,
-    phases=[Phase.explicit, Phase.generate],
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
     suppress_health_check=[HealthCheck.too_slow],
 )
 @example(points=[("fit.train.epoch_start", 0), ("fit.train.batch.end", 0), ("fit.train.val.start", 1)])
@@ -328,3 +330,18 @@ def test_checkpoint_of_a_different_model_lists_missing_unexpected_and_misshapen_
     assert "unexpected keys: net.3.bias, net.3.weight" in message
     assert "net.0.weight: checkpoint (8, 4) vs model (16, 4)" in message
     assert trainer.state.counts.get("fit.start", 0) == 0
+
+
+def test_resume_check_tool_prints_a_json_report(tmp_path: Path) -> None:
+    """tools/resume_check.py --trials 1 --json interrupts the digits example once and reports a bitwise-equal resume."""
+    tool = Path(__file__).parents[1] / "tools" / "resume_check.py"
+    proc = subprocess.run(
+        [sys.executable, str(tool), "--trials", "1", "--json", "--seed", "3", "--keep", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    report = json.loads(proc.stdout)
+    assert (proc.returncode, report["trials"], report["bitwise_equal"], report["failures"]) == (0, 1, 1, [])
+    assert "[1/1] transition" in proc.stderr

@@ -142,6 +142,8 @@ def restore(
         param.grad = None if grad is None else grad.to(device=param.device, dtype=param.dtype)
     for optimizer, saved in zip(optimizers, ckpt.get("optimizers", []), strict=False):
         strategy.load_optimizer_state_dict(module, optimizer, saved)
+        if state.global_step > 0:  # it has stepped in this run: torch need not warn "scheduler before optimizer"
+            optimizer._opt_called = True  # type: ignore[attr-defined]
     for sched, saved in zip(schedulers, ckpt.get("schedulers", []), strict=False):
         sched.scheduler.load_state_dict(saved)
     return state

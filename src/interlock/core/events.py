@@ -186,7 +186,8 @@ class EventBus:
 
         ``state_ref()`` gives the current state; it is only built when a handler
         takes it. When the bus's dispatcher is the signal's only receiver it is
-        called directly (the same delivery, without blinker's per-send overhead). Receivers connected to the blinker signal directly (not through
+        called directly (the same delivery, without blinker's per-send overhead).
+        Receivers connected to the blinker signal directly (not through
         :meth:`on`) are called as ``receiver(event, state_ref=...)`` after the
         ordered handlers, and may also return updates.
         """

@@ -113,7 +113,7 @@ class ModelCheckpoint(Listener):
                 f"ModelCheckpoint(train_time_interval={train_time_interval!r}) must be None, "
                 "a datetime.timedelta or a number of seconds > 0"
             )
-        if sum(x is not None for x in (steps, epochs, interval)) > 1:
+        if bool(steps) + bool(epochs) + (interval is not None) > 1:
             raise ValueError(
                 f"ModelCheckpoint: every_n_train_steps={every_n_train_steps!r}, every_n_epochs={every_n_epochs!r} "
                 f"and train_time_interval={train_time_interval!r} are mutually exclusive; set at most one"

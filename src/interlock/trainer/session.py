@@ -149,8 +149,12 @@ class Session:
             self._setup_module(ctx, fit=True)
             if self.hardware.strategy.is_global_zero:
                 print(self.hardware.describe(), file=sys.stderr)
+            strategy = self.hardware.strategy
+            self.runtime.evolve(global_rank=strategy.global_rank, world_size=strategy.world_size)
             if ckpt_path is not None:
                 loaded["ckpt"] = self._load(ckpt_path, ctx, resume=True)
+                # a resumed run keeps writing where it started
+                self.runtime.evolve(run_dir=loaded["ckpt"]["state"].get("run_dir") or str(self.run_dir))
             flag.install()
 
         def body() -> None:
@@ -169,6 +173,8 @@ class Session:
             _require(module, [] if stage == "predict" else [f"{'validation' if stage == 'validate' else stage}_step"])
             self.runtime.evolve(run_dir=str(self.run_dir))
             self._setup_module(ctx, fit=False)
+            strategy = self.hardware.strategy
+            self.runtime.evolve(global_rank=strategy.global_rank, world_size=strategy.world_size)
             if ckpt_path is not None:
                 ckpt = self._load(ckpt_path, ctx)
                 self.hardware.strategy.load_model_state_dict(ctx.module, ckpt["model"])
