@@ -113,9 +113,12 @@ def test_validation_metric_is_the_mean_over_ranks(ddp_run: Any) -> None:
 
 
 def test_stop_on_one_rank_stops_every_rank_at_the_same_step(ddp_run: Any) -> None:
-    """A Stop returned on rank 1 only ends the fit on both ranks after the same step, without a hang."""
+    """A Stop returned on rank 1 only at step 3 ends both ranks after step 4, without a hang.
+
+    Ranks vote without blocking at each batch end; the vote is answered one batch late.
+    """
     _, results, _ = ddp_run
-    assert [r["stop"] for r in results] == [{"global_step": 3, "status": "finished"}] * 2
+    assert [r["stop"] for r in results] == [{"global_step": 4, "status": "finished"}] * 2
 
 
 def test_only_rank_zero_writes_checkpoints(ddp_run: Any) -> None:

@@ -43,6 +43,7 @@ class RunContext:
     rng_to_restore: dict[str, Any] | None = None
     reduce_metrics_fn: Callable[[dict[str, float]], dict[str, float]] | None = None
     agree: Callable[[bool], bool] | None = None
+    vote: Any = None
     predictions: list[Any] = attrs.field(factory=list)
 
     def reduce_metrics(self, metrics: dict[str, float]) -> dict[str, float]:

@@ -5,7 +5,7 @@ The trainer's runtime implements it. Loops never see the trainer.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from interlock.core.progress import Counters
@@ -29,7 +29,8 @@ class Driver(Protocol):
     @property
     def state(self) -> TrainerState: ...
 
-    def fire(self, trigger: str, payload: Mapping[str, Any] | None = None) -> None: ...
+    def fire(self, trigger: str, payload: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None) -> None:
+        """Take transition ``trigger``; ``payload`` may be a function, called only if someone listens."""
 
     def apply(self, *updates: Update, source: str = "loop") -> None: ...
 

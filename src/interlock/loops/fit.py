@@ -14,6 +14,7 @@ Training batch region of the chart::
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 import torch
@@ -21,7 +22,7 @@ import torch
 from interlock.connectors.data import EpochData, num_batches
 from interlock.connectors.metrics import loss_of, scalars
 from interlock.connectors.optim import step_schedulers
-from interlock.loops.context import RunContext
+from interlock.loops.context import Preempted, RunContext
 from interlock.loops.driver import Driver
 from interlock.loops.evaluation import _check_preemption, _restore_rng, run_eval
 
@@ -36,11 +37,23 @@ TRIGGERS = frozenset(
 class _Epoch:
     """Per-epoch facts of the training loader: its iterator and length."""
 
-    def __init__(self, data: EpochData, limit: int | None) -> None:
+    def __init__(self, data: EpochData, limit: int | None, ctx: RunContext) -> None:
         self.data = data
         self.limit = limit
         self.it: Any = None
         self.exhausted = False
+        cfg = ctx.config
+        #: validation is configured at all
+        self.validates = "val" in ctx.data and cfg.limit("val") != 0
+        #: validate every N finished batches (None: only at the end of the epoch)
+        self.every_batches: int | None = None
+        #: count ``every_batches`` across epochs (check_val_every_n_epoch=None)
+        self.across_epochs = cfg.check_val_every_n_epoch is None
+        interval = cfg.val_check_interval
+        if isinstance(interval, int):
+            self.every_batches = interval
+        elif interval != 1.0 and limit is not None:
+            self.every_batches = max(1, int(limit * interval))
 
 
 def run_fit(drv: Driver, ctx: RunContext) -> None:
@@ -51,9 +64,9 @@ def run_fit(drv: Driver, ctx: RunContext) -> None:
             drv.fire("sanity_check")
             run_eval(drv, ctx, "fit.sanity")
             drv.evolve(eval_sums={})
-        drv.fire("train")
+        drv.fire("train", lambda: {"lr": _lrs(ctx)})
     train = ctx.data["train"]
-    epoch = _Epoch(train, num_batches(train.loader, cfg.limit("train")))
+    epoch = _Epoch(train, num_batches(train.loader, cfg.limit("train")), ctx)
     if drv.at in ("fit.train.batch.end",) or drv.at.startswith("fit.train.val"):
         _reenter_epoch(drv, ctx, epoch)
     if not drv.at.startswith("fit.train.val"):
@@ -78,6 +91,8 @@ def run_fit(drv: Driver, ctx: RunContext) -> None:
         elif at == "fit.train.epoch_end":
             _leave_epoch(drv, ctx)
         elif at == "fit.end":
+            if ctx.vote is not None:
+                ctx.vote.drain()  # leave no collective in flight
             return
         else:  # pragma: no cover - the chart and this dispatch disagree
             raise RuntimeError(f"the fit loop does not know how to continue from state {at!r}")
@@ -113,31 +128,42 @@ def _stopping(drv: Driver, ctx: RunContext) -> bool:
 
 def _val_due(drv: Driver, ctx: RunContext, epoch: _Epoch, at_epoch_end: bool, batch_done: bool = True) -> bool:
     """Whether validation runs now: after a batch, or (``batch_done=False``) when the data ran out."""
-    cfg = ctx.config
-    if "val" not in ctx.data or cfg.limit("val") == 0:
+    if not epoch.validates:
         return False
-    every = cfg.check_val_every_n_epoch
-    if every is not None and (drv.counters.epoch + 1) % every:
+    every_epochs = ctx.config.check_val_every_n_epoch
+    if every_epochs is not None and (drv.counters.epoch + 1) % every_epochs:
         return False
-    interval = cfg.val_check_interval
-    if isinstance(interval, float):
-        if interval == 1.0 or epoch.limit is None:
-            return at_epoch_end
-        n = max(1, int(epoch.limit * interval))
-        return (batch_done and drv.counters.batch_idx % n == 0) or at_epoch_end
+    every = epoch.every_batches
+    if every is None:
+        return at_epoch_end
+    if isinstance(ctx.config.val_check_interval, float) and at_epoch_end:
+        return True  # a fraction of the epoch always includes its end
     if not batch_done:
         return False
-    return drv.counters.batch_idx % interval == 0 if every is not None else drv.counters.train_batches % interval == 0
+    done = drv.counters.train_batches if epoch.across_epochs else drv.counters.batch_idx
+    return done % every == 0
 
 
 def _after_batch(drv: Driver, ctx: RunContext, epoch: _Epoch) -> None:
-    """Leave ``batch.end``: next batch, validation, or the end of the epoch."""
-    _check_preemption(ctx)
-    over = _epoch_over(drv, epoch)
-    stopping = _stopping(drv, ctx)
+    """Leave ``batch.end``: next batch, validation, or the end of the epoch.
+
+    In one process a stop request or a preemption signal acts at this boundary.
+    Across processes the ranks vote without blocking (``ctx.vote``): what any rank
+    asked for at one batch end acts on every rank at the next.
+    """
+    flag = ctx.preemption
+    preempted = flag is not None and flag.received is not None
+    stop = drv.should_stop
+    if ctx.vote is not None:
+        stop, preempted = ctx.vote(stop, preempted)
+    if preempted:
+        ctx.request_preemption_save()
+        raise Preempted(flag.received if flag is not None and flag.received is not None else int(signal.SIGTERM))
+    counters, max_steps = drv.counters, ctx.config.max_steps
+    over = epoch.limit is not None and counters.batch_idx >= epoch.limit
     if _val_due(drv, ctx, epoch, at_epoch_end=over):
         drv.fire("validate")
-    elif over or stopping:
+    elif over or stop or (max_steps != -1 and counters.global_step >= max_steps):
         _end_epoch(drv, ctx, epoch)
     else:
         drv.fire("next")
@@ -178,7 +204,7 @@ def _batches(drv: Driver, ctx: RunContext, epoch: _Epoch) -> None:
         fire("backward", {"outputs": outputs, "batch_idx": batch_idx})
         precision.backward(loss / accumulate if accumulate > 1 else loss)
         if (batch_idx + 1) % accumulate == 0 or (limit is not None and batch_idx + 1 >= limit):
-            fire("optimizer_step", {"outputs": outputs, "batch_idx": batch_idx})
+            fire("optimizer_step", lambda o=outputs, i=batch_idx: {"outputs": o, "batch_idx": i, "lr": _lrs(ctx)})
             for optimizer in ctx.optimizers:
                 if clip is not None:
                     precision.unscale_gradients(optimizer)
@@ -216,4 +242,9 @@ def _leave_epoch(drv: Driver, ctx: RunContext) -> None:
     if _stopping(drv, ctx) or (epochs is not None and drv.counters.epoch + 1 >= epochs):
         drv.fire("done")
     else:
-        drv.fire("next_epoch")
+        drv.fire("next_epoch", lambda: {"lr": _lrs(ctx)})
+
+
+def _lrs(ctx: RunContext) -> tuple[tuple[str, tuple[float, ...]], ...]:
+    """``(optimizer class name, learning rate of each param group)`` for each optimizer."""
+    return tuple((type(o).__name__, tuple(float(g["lr"]) for g in o.param_groups)) for o in ctx.optimizers)

@@ -78,6 +78,36 @@ def collectives(
     return reduce_metrics, agree
 
 
+class AsyncVote:
+    """A non-blocking vote across ranks on ``(stop, preempt)``, answered one call late.
+
+    Each call starts an all-reduce (MAX) of this rank's flags and returns the
+    agreed flags of the previous call, whose collective has had a whole training
+    step to finish. Every rank gets the same answer at the same batch, at the cost
+    of acting one batch after the request; no rank blocks on a collective per step.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._pending: tuple[Any, torch.Tensor] | None = None
+
+    def __call__(self, stop: bool, preempt: bool) -> tuple[bool, bool]:
+        agreed = self.drain()
+        flags = torch.tensor([int(stop), int(preempt)], dtype=torch.int32, device=self.device)
+        self._pending = (dist.all_reduce(flags, op=dist.ReduceOp.MAX, async_op=True), flags)
+        return agreed
+
+    def drain(self) -> tuple[bool, bool]:
+        """Wait for the vote in flight (if any) and return its result."""
+        if self._pending is None:
+            return False, False
+        work, flags = self._pending
+        self._pending = None
+        work.wait()
+        stop, preempt = flags.tolist()
+        return bool(stop), bool(preempt)
+
+
 class DDPStrategy(Strategy):
     """One process per device; gradients all-reduced by ``DistributedDataParallel``."""
 
@@ -164,7 +194,8 @@ class DDPStrategy(Strategy):
         steps: dict[str, Callable[..., Any]] = {name: getattr(module, name) for name in STEP_NAMES}
         steps["training_step"] = lambda *args, **kwargs: ddp("training_step", *args, **kwargs)
         reduce_metrics, agree = collectives(self.world_size, device)
-        return Distributed(self.world_size, self.global_rank, steps, reduce_metrics, agree)
+        vote = AsyncVote(device) if self.world_size > 1 else None
+        return Distributed(self.world_size, self.global_rank, steps, reduce_metrics, agree, vote)
 
     def barrier(self) -> None:
         if dist.is_initialized() and self.world_size > 1:

@@ -30,7 +30,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
-from interlock.plugins.ddp import STEP_NAMES, DDPStrategy, StepModule, collectives
+from interlock.plugins.ddp import STEP_NAMES, AsyncVote, DDPStrategy, StepModule, collectives
 from interlock.plugins.environments import ClusterEnvironment
 from interlock.plugins.strategy import Distributed
 
@@ -71,7 +71,8 @@ class FSDPStrategy(DDPStrategy):
             root = self._root = self._shard(module, device)
         steps: dict[str, Callable[..., Any]] = {name: functools.partial(root, name) for name in STEP_NAMES}
         reduce_metrics, agree = collectives(self.world_size, device)
-        return Distributed(self.world_size, self.global_rank, steps, reduce_metrics, agree)
+        vote = AsyncVote(device) if self.world_size > 1 else None
+        return Distributed(self.world_size, self.global_rank, steps, reduce_metrics, agree, vote)
 
     def _shard(self, module: torch.nn.Module, device: torch.device) -> StepModule:
         if any(isinstance(p, DTensor) for p in module.parameters()):

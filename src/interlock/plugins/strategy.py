@@ -26,6 +26,8 @@ class Distributed:
     steps: dict[str, Callable[..., Any]] = attrs.field(factory=dict)
     reduce_metrics: Callable[[dict[str, float]], dict[str, float]] | None = None
     agree: Callable[[bool], bool] | None = None
+    #: non-blocking per-batch vote on ``(stop, preempt)``: returns the previous batch's agreed flags
+    vote: Any = None
 
     @property
     def is_global_zero(self) -> bool:

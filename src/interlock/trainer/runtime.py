@@ -81,8 +81,12 @@ class Runtime:
         return snap
 
     # -- the hot path ----------------------------------------------------------------
-    def fire(self, trigger: str, payload: Mapping[str, Any] | None = None) -> None:
-        """Take the transition ``trigger`` from the current state and emit its event."""
+    def fire(self, trigger: str, payload: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None) -> None:
+        """Take the transition ``trigger`` from the current state and emit its event.
+
+        ``payload`` is the event's data, or a function that builds it: that is only
+        called when someone listens.
+        """
         source = self._at
         try:
             dest, signal, ops = self._table[source][trigger]
@@ -97,6 +101,8 @@ class Runtime:
             self.trace.append((source, trigger, dest))
         if signal.receivers:
             c = self.counters
+            if callable(payload):
+                payload = payload()
             event = Event(dest, trigger, source, count, c.epoch, c.global_step, c.batch_idx, payload or _NO_PAYLOAD)
             self.apply_all(self.bus.send(event, self._state_ref))
         if self._pending_saves and dest in self._checkpointable:

@@ -80,6 +80,7 @@ class Session:
         ctx.module = hw.precision.convert_module(ctx.module.to(ctx.device))
         dist = strategy.setup_module(ctx.module, ctx.device)
         ctx.steps, ctx.reduce_metrics_fn, ctx.agree = dist.steps, dist.reduce_metrics, dist.agree
+        ctx.vote = dist.vote
         for name, loader in self._loaders.items():
             if loader is not None:
                 ctx.data[name] = EpochData(prepare_loader(loader, dist.world_size, dist.rank))
