@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import TinyModule, loader
 
+from conftest import TinyModule, loader
 from interlock.listeners import LearningRateMonitor
 
 
