@@ -152,7 +152,8 @@ class Trainer:
             return strategy.launch(call, session)
 
         def child() -> tuple[Any, dict[str, Any], dict[str, Any]]:
-            return call(session), self.runtime.state.to_dict(), module.state_dict()
+            result = call(session)
+            return result, self.runtime.state.to_dict(), strategy.model_state_dict(module)  # gathered if sharded
 
         result, state, weights = strategy.launch(child)
         module.load_state_dict(weights)
