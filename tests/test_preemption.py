@@ -171,3 +171,34 @@ def test_sigkill_at_random_moments_leaves_a_loadable_last_checkpoint_that_resume
     for (code, err), args in zip(workers(*runs), runs, strict=True):
         assert code == 0, err[-3000:]
         assert compare(expected, torch.load(args[args.index("--out") + 1], weights_only=True)) == [], args
+
+
+SLURM_ENV = {
+    "SLURM_JOB_ID": "4242",
+    "SLURM_JOB_NAME": "train",
+    "SLURM_NTASKS": "1",
+    "SLURM_PROCID": "0",
+    "SLURM_LOCALID": "0",
+    "SLURM_NODEID": "0",
+    "SLURM_NODELIST": "localhost",
+}
+
+
+def test_slurm_requeue_signal_is_a_preemption_signal_only_under_slurm(tmp_path: Path, monkeypatch: Any) -> None:
+    """Under SLURM, SIGUSR1 (sbatch --signal=USR1@90) saves last.ckpt and raises Preempted(SIGUSR1)."""
+    from interlock.trainer.session import preemption_signals
+
+    assert preemption_signals({}) == (signal.SIGTERM,)
+    assert preemption_signals(SLURM_ENV) == (signal.SIGTERM, signal.SIGUSR1)
+    for key, value in SLURM_ENV.items():
+        monkeypatch.setenv(key, value)
+    trainer = interlock.Trainer(
+        max_epochs=2, listeners=[ModelCheckpoint(save_last=True)], default_root_dir=tmp_path, accelerator="cpu"
+    )
+    trainer.on("fit.train.batch.end", lambda e: os.kill(os.getpid(), signal.SIGUSR1), once=3)
+    with pytest.raises(interlock.Preempted) as info:
+        trainer.fit(TinyModule(), loader(64, 16))
+    assert info.value.signum == signal.SIGUSR1
+    assert trainer.state.chart == "interrupted"
+    saved = IO.load_checkpoint(last_ckpt(tmp_path))["state"]
+    assert (saved["chart"], saved["progress"]["global_step"]) == ("fit.train.batch.end", 3)

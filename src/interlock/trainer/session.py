@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +34,17 @@ from interlock.loops.evaluation import run_eval
 from interlock.loops.fit import run_fit
 from interlock.loops.stage import run_stage
 from interlock.plugins.checkpoint_io import TorchCheckpointIO
+from interlock.plugins.environments import SLURMEnvironment
 from interlock.trainer.runtime import Runtime
 
 __all__ = ["Session", "resolve_ckpt_path"]
+
+
+def preemption_signals(environ: Mapping[str, str] | None = None) -> tuple[int, ...]:
+    """SIGTERM always; under SLURM also its requeue signal (SIGUSR1, from ``sbatch --signal=USR1@90``)."""
+    if SLURMEnvironment.detect(environ):
+        return (signal.SIGTERM, SLURMEnvironment.requeue_signal)
+    return (signal.SIGTERM,)
 
 
 def resolve_ckpt_path(ckpt_path: str | os.PathLike[str], root: Path) -> Path:
@@ -60,7 +68,7 @@ class Session:
     run_dir: Path
     seed: int | None
     checkpoint_io: TorchCheckpointIO = attrs.field(factory=TorchCheckpointIO)
-    preempt_signals: tuple[int, ...] = (signal.SIGTERM,)
+    preempt_signals: tuple[int, ...] = attrs.field(factory=preemption_signals)
     _loaders: dict[str, Iterable[Any] | None] = attrs.field(factory=dict, init=False)
 
     def context(self, module: Module, loaders: dict[str, Iterable[Any] | None]) -> RunContext:
