@@ -222,3 +222,16 @@ def test_raw_blinker_receivers_get_the_event_and_a_state_ref(trainer_factory: An
     _fit(trainer)
     assert got == [("fit.train.epoch_end", 8)]
     assert trainer.state.metrics["raw"] == 1.0
+
+
+def test_a_handler_cannot_mutate_the_state_it_receives(trainer_factory: Any) -> None:
+    """Writing into the state a handler receives raises; the run fails and the state is unchanged."""
+    trainer = trainer_factory(max_epochs=1)
+
+    def meddle(event: interlock.Event, state: interlock.TrainerState) -> None:
+        state.metrics["hacked"] = 1.0  # type: ignore[index]
+
+    trainer.on("fit.train.epoch_end", meddle)
+    with pytest.raises(TypeError):
+        _fit(trainer)
+    assert "hacked" not in trainer.state.metrics
