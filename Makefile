@@ -33,7 +33,7 @@ pytest: $(STAMP)
 	$(BIN)/python -m pytest tests
 
 docs: $(STAMP)
-	$(BIN)/mkdocs build --strict --quiet --site-dir .site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir .site
 
 charts: $(STAMP)
 	$(BIN)/python -m interlock.cli.main chart --format mermaid -o statecharts/trainer.mmd
