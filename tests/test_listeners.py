@@ -35,7 +35,7 @@ from interlock.listeners.lr_monitor import lr_metric_names
 from interlock.listeners.timer import parse_duration
 from interlock.viz import read_trace
 
-TRACE_KEYS = {"time", "event", "trigger", "source", "epoch", "global_step", "batch_idx", "count"}
+TRACE_KEYS = ["time", "event", "trigger", "source", "epoch", "global_step", "batch_idx", "count"]
 LEAVES = load_chart().leaves
 
 
@@ -117,7 +117,7 @@ def test_trace_has_one_line_per_transition_and_reads_back(tmp_path: Path, digits
     assert trace.file == file
     records = [json.loads(line) for line in file.read_text().splitlines()]
     assert len(records) == len(counted)
-    assert all(set(r) == TRACE_KEYS for r in records)
+    assert all(list(r) == TRACE_KEYS for r in records)
     assert [(r["source"], r["trigger"], r["event"]) for r in records] == counted
     assert records[-1]["global_step"] == trainer.state.global_step == 6
     summary = read_trace(trainer.state.run_dir)
@@ -127,16 +127,33 @@ def test_trace_has_one_line_per_transition_and_reads_back(tmp_path: Path, digits
     pickle.loads(pickle.dumps(trace))
 
 
-def test_trace_buffers_until_flush_every_or_the_end(tmp_path: Path, digits: DigitsData) -> None:
-    """Mid-run the file holds whole multiples of flush_every lines; the rest is written at teardown."""
-    seen: list[int] = []
-    trace = EventTrace(flush_every=7)
+def test_trace_flushes_every_n_lines_and_at_epoch_and_validation_ends(tmp_path: Path, digits: DigitsData) -> None:
+    """At each epoch or validation end the file holds every transition so far; between them it grows by flush_every."""
     trainer = Trainer(
-        listeners=[trace], default_root_dir=tmp_path, accelerator="cpu", max_epochs=1, limit_train_batches=3
+        listeners=[EventTrace(flush_every=7)],
+        default_root_dir=tmp_path,
+        accelerator="cpu",
+        max_epochs=2,
+        limit_train_batches=5,
+        limit_val_batches=2,
     )
-    trainer.on("fit.end", lambda e, s: seen.append(len((Path(s.run_dir) / "events.jsonl").read_text().splitlines())))
+    seen: list[tuple[str, int, int]] = []  # event, lines on disk, transitions so far
+
+    def look(event: Event, state: TrainerState) -> None:
+        file = Path(state.run_dir) / "events.jsonl"
+        lines = len(file.read_text().splitlines()) if file.exists() else 0
+        seen.append((event.name, lines, sum(state.counts.values())))
+
+    trainer.on("fit.*", look)
     trainer.fit(DigitsClassifier(), digits.train_dataloader(), digits.val_dataloader())
-    assert seen[0] > 0 and seen[0] % 7 == 0
+    boundary = 0
+    for name, lines, total in seen:
+        if name in ("fit.train.epoch_end", "fit.train.val.end"):
+            assert lines == total
+            boundary = lines
+        else:
+            assert (lines - boundary) % 7 == 0 and 0 <= total - lines < 7
+    assert [name for name, _, _ in seen].count("fit.train.val.end") == 2
     assert read_trace(trainer.state.run_dir).events == sum(trainer.state.counts.values())
 
 
@@ -229,7 +246,7 @@ def _reference_stop(values: list[float], mode: str, patience: int, delta: float)
     for i, v in enumerate(values):
         if not math.isfinite(v):
             return i
-        improved = v < best - delta if mode == "min" else v > best + delta
+        improved = v + delta < best if mode == "min" else v - delta > best  # Lightning compares current -+ delta
         if improved:
             best, wait = v, 0
         else:
@@ -362,6 +379,26 @@ def test_progress_bars_show_epoch_loss_and_close(tmp_path: Path, digits: DigitsD
     assert "Epoch 0" in text and "Epoch 1" in text and "loss=" in text and "Validation" in text
     assert "it/s" in text and bar._bars == {}
     pickle.loads(pickle.dumps(bar))
+
+
+def test_progress_subscribes_to_batch_events_only_when_drawing_bars(tmp_path: Path) -> None:
+    """A non-terminal file, mode='lines' or refresh_rate=0 register no per-batch handler; a terminal gets bars."""
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    batch_ends = [name for name in LEAVES if name.endswith(".batch.end")]
+    cases = [
+        (ProgressBar(file=io.StringIO()), []),
+        (ProgressBar(mode="lines", file=Terminal()), []),
+        (ProgressBar(refresh_rate=0, mode="bar", file=Terminal()), []),
+        (ProgressBar(file=Terminal()), batch_ends),
+    ]
+    for bar, handled in cases:
+        trainer = Trainer(listeners=[bar], default_root_dir=tmp_path, accelerator="cpu")
+        assert [name for name in LEAVES if ".batch." in name and trainer.bus.handlers(name)] == handled
+        assert trainer.bus.handlers("fit.train.epoch_end")
 
 
 def test_progress_reads_the_loss_only_every_refresh_rate_batches() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import pickle
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -20,7 +21,7 @@ from interlock.core.events import EventBus
 from interlock.core.state import thaw
 from interlock.core.updates import merge, reduce
 from interlock.examples.digits import DigitsClassifier, DigitsData
-from interlock.listeners import CSVLogger, TensorBoardLogger
+from interlock.listeners import CSVLogger, EventTrace, ProgressBar, TensorBoardLogger, default_listeners
 
 LEAVES = load_chart().leaves
 
@@ -179,3 +180,72 @@ def test_tensorboard_save_dir_and_no_step_logging(tmp_path: Path, digits: Digits
     assert "train_loss_step" not in scalars and [s for s, _ in scalars["val_loss"]] == [4]
     with pytest.raises(ValueError, match=r"log_every_n_steps=-1"):
         TensorBoardLogger(log_every_n_steps=-1)
+
+
+def test_tensorboard_without_step_logging_has_no_per_batch_handler(tmp_path: Path) -> None:
+    """log_every_n_steps=0 registers nothing on fit.train.batch.end; step logging does."""
+    for every, handled in ((0, False), (50, True)):
+        trainer = Trainer(listeners=[TensorBoardLogger(log_every_n_steps=every)], default_root_dir=tmp_path)
+        assert bool(trainer.bus.handlers("fit.train.batch.end")) is handled
+
+
+# -- ranks --------------------------------------------------------------------------
+def rank_trainer(rank: int, root: Path, listeners: Sequence[Listener], **flags: Any) -> Trainer:
+    """A digits trainer whose (single-device) strategy claims global rank ``rank``."""
+    flags = {"max_epochs": 2, "limit_train_batches": 4, "limit_val_batches": 2, **flags}
+    trainer = Trainer(listeners=list(listeners), default_root_dir=root, accelerator="cpu", **flags)
+    trainer.hardware.strategy.global_rank = rank
+    return trainer
+
+
+def all_listeners() -> tuple[list[Listener], io.StringIO]:
+    """The defaults, TensorBoard logging every step, and a bar drawn into the returned buffer."""
+    out = io.StringIO()
+    bar = ProgressBar(mode="bar", file=out)
+    bar.key = "Bar"
+    return [*default_listeners(), TensorBoardLogger(log_every_n_steps=1), bar], out
+
+
+def files_under(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_only_rank_zero_writes_files_or_prints(
+    rank: int, tmp_path: Path, digits: DigitsData, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """After fit and test, rank 0 has written CSV, trace, TensorBoard, checkpoint and output; rank 1 nothing."""
+    listeners, bar_out = all_listeners()
+    trainer = rank_trainer(rank, tmp_path, listeners)
+    torch.manual_seed(0)
+    trainer.fit(DigitsClassifier(), digits.train_dataloader(), digits.val_dataloader())
+    trainer.test(DigitsClassifier(), digits.test_dataloader())
+    assert trainer.state.global_rank == rank and trainer.state.chart == "finished"
+    files = {name.split("/")[-1].split(".out.")[0] for name in files_under(tmp_path)}
+    out = capsys.readouterr().out
+    if rank == 0:
+        assert {"metrics.csv", "events.jsonl", "last.ckpt", "events"} <= files
+        assert "Epoch 1: 4 batches" in out and "Testing" in out and "Epoch 1" in bar_out.getvalue()
+        assert dict(trainer.state.listeners["CSVLogger"])["rows"] == 5
+    else:
+        assert files == set() and out == "" and bar_out.getvalue() == ""
+        assert "CSVLogger" not in trainer.state.listeners
+        assert [x.file for x in listeners if isinstance(x, EventTrace)] == [None]
+        assert [x.log_dir for x in listeners if isinstance(x, TensorBoardLogger)] == [None]
+
+
+def test_resumed_run_on_rank_one_writes_nothing(
+    tmp_path: Path, digits: DigitsData, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Resuming on rank 1 from rank 0's checkpoint (its state says rank 0) leaves rank 0's files untouched."""
+    first = rank_trainer(0, tmp_path, all_listeners()[0], max_epochs=1)
+    first.fit(DigitsClassifier(), digits.train_dataloader(), digits.val_dataloader())
+    before = files_under(tmp_path)
+    capsys.readouterr()
+    listeners, bar_out = all_listeners()
+    resumed = rank_trainer(1, tmp_path, listeners)
+    ckpt = first.run_dir / "checkpoints" / "last.ckpt"
+    resumed.fit(DigitsClassifier(), digits.train_dataloader(), digits.val_dataloader(), ckpt_path=ckpt)
+    assert resumed.state.epoch == 1 and resumed.state.chart == "finished"
+    assert files_under(tmp_path) == before
+    assert capsys.readouterr().out == "" and bar_out.getvalue() == ""

@@ -345,3 +345,19 @@ def test_resume_check_tool_prints_a_json_report(tmp_path: Path) -> None:
     report = json.loads(proc.stdout)
     assert (proc.returncode, report["trials"], report["bitwise_equal"], report["failures"]) == (0, 1, 1, [])
     assert "[1/1] transition" in proc.stderr
+
+
+def test_restore_keeps_this_processs_rank(tmp_path: Any) -> None:
+    """A checkpoint saved by rank 0 and resumed on a process of rank 1 keeps rank 1 in the state."""
+    import interlock
+    from conftest import TinyModule, loader
+    from interlock.listeners.checkpoint import ModelCheckpoint
+
+    first = interlock.Trainer(max_epochs=1, listeners=[ModelCheckpoint(save_last=True)], default_root_dir=tmp_path)
+    first.fit(TinyModule(), loader(32, 16))
+    second = interlock.Trainer(max_epochs=2, listeners=[], default_root_dir=tmp_path)
+    second.hardware.strategy.global_rank = 1
+    ranks: list[int] = []
+    second.on("fit.train.batch.end", lambda e, s: ranks.append(s.global_rank))
+    second.fit(TinyModule(), loader(32, 16), ckpt_path="last")
+    assert ranks and set(ranks) == {1}

@@ -12,10 +12,13 @@ import torch
 
 from interlock.core.state import TrainerState
 
-__all__ = ["ROW_KEYS", "format_metrics", "loss_tensor", "output_dir", "row_metrics"]
+__all__ = ["ROW_KEYS", "STAGE_STARTS", "format_metrics", "is_rank_zero", "loss_tensor", "output_dir", "row_metrics"]
 
 #: Keys of a history row that describe it rather than measure something.
 ROW_KEYS = ("stage", "epoch", "global_step")
+#: The first event of each stage. The state holds this process's rank by then (the trainer sets it
+#: during setup) and, unlike later, before a resumed run's state is restored from rank 0's checkpoint.
+STAGE_STARTS = frozenset({"fit.start", "validate.start", "test.start", "predict.start"})
 
 
 def output_dir(save_dir: str | os.PathLike[str] | None, state: TrainerState, who: str) -> Path:
@@ -28,6 +31,11 @@ def output_dir(save_dir: str | os.PathLike[str] | None, state: TrainerState, who
             f"pass {who}(save_dir=...) to choose one"
         )
     return Path(state.run_dir)
+
+
+def is_rank_zero(cached: bool | None, state: TrainerState) -> bool:
+    """Whether this process writes: the rank read at the stage start (``cached``), else the state's."""
+    return state.is_global_zero if cached is None else cached
 
 
 def loss_tensor(outputs: Any) -> torch.Tensor | None:

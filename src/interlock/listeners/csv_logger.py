@@ -11,7 +11,7 @@ from typing import Any
 from interlock.core.events import Event, Listener, listen
 from interlock.core.state import TrainerState
 from interlock.core.updates import SetListenerState
-from interlock.listeners._util import ROW_KEYS, output_dir
+from interlock.listeners._util import ROW_KEYS, is_rank_zero, output_dir
 
 __all__ = ["CSVLogger"]
 
@@ -25,7 +25,8 @@ class CSVLogger(Listener):
     wider header. Each row is flushed as it is written. The rows written and the
     columns are kept in the listener's stored state; on the first write of a
     process (e.g. after resuming) the file is rewritten from the history, so it
-    always equals ``state.history``.
+    always equals ``state.history``. Under DDP only rank 0 writes (the rank is
+    read at each stage start); the others do nothing.
     """
 
     def __init__(self, save_dir: str | os.PathLike[str] | None = None, name: str = "metrics.csv") -> None:
@@ -34,10 +35,18 @@ class CSVLogger(Listener):
         self.save_dir = save_dir
         self.name = name
         self._synced: Path | None = None  # the file this process has rewritten from the history
+        self._rank_zero: bool | None = None  # this process's rank is 0 (None: not known yet)
 
     def file(self, state: TrainerState) -> Path:
         """The CSV file for the run ``state`` describes."""
         return output_dir(self.save_dir, state, "CSVLogger") / self.name
+
+    @listen("fit.start")
+    @listen("validate.start")
+    @listen("test.start")
+    @listen("predict.start")
+    def on_stage_start(self, event: Event, state: TrainerState) -> None:
+        self._rank_zero = state.is_global_zero
 
     @listen("fit.train.epoch_end")
     @listen("fit.train.val.end")
@@ -45,6 +54,8 @@ class CSVLogger(Listener):
     @listen("test.end")
     @listen("teardown")
     def on_rows(self, event: Event, state: TrainerState) -> SetListenerState | None:
+        if not is_rank_zero(self._rank_zero, state):
+            return None
         stored = self.stored(state)
         written = int(stored.get("rows", 0))
         history = state.history

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any, TextIO
 
-from interlock.core.events import Event, Listener, listen
+from interlock.core.events import Event, Handler, Listener, listen
 from interlock.core.state import TrainerState
-from interlock.listeners._util import format_metrics, loss_tensor
+from interlock.listeners._util import STAGE_STARTS, format_metrics, loss_tensor
 
 __all__ = ["ProgressBar"]
 
@@ -23,6 +24,16 @@ _EVAL = {
 #: The metrics each evaluation loop reports.
 _PREFIX = {"fit.train.val": "val_", "validate": "val_", "test": "test_"}
 _MODES = ("auto", "bar", "lines")
+#: Handlers of per-batch events: registered only when bars are drawn.
+_PER_BATCH = frozenset({"on_train_batch_end", "on_eval_batch_end"})
+
+
+def _isatty(stream: Any) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty is not None and isatty())
+    except ValueError:  # a closed stream
+        return False
 
 
 class ProgressBar(Listener):
@@ -32,9 +43,11 @@ class ProgressBar(Listener):
     ``.item()``) every N batches; ``0`` disables all output. ``mode``: ``"bar"``
     (tqdm), ``"lines"`` (one plain line per epoch and per validation / test, with
     the latest metrics), or ``"auto"``: bars when the output is a terminal, lines
-    otherwise. ``leave`` keeps each finished epoch's bar on screen instead of
-    reusing one. ``file`` defaults to ``sys.stdout`` (looked up when used).
-    Bars are display only: nothing here is run state, so nothing is stored.
+    otherwise, decided here from ``file`` (default ``sys.stdout``, looked up again
+    when printing). Only bars subscribe to per-batch events, so lines cost nothing
+    per batch. ``leave`` keeps each finished epoch's bar on screen instead of
+    reusing one. Under DDP only rank 0 prints (the rank is read at each stage
+    start). Bars are display only: nothing here is run state, so nothing is stored.
     """
 
     def __init__(self, refresh_rate: int = 1, mode: str = "auto", leave: bool = False, file: TextIO | None = None):
@@ -49,24 +62,28 @@ class ProgressBar(Listener):
         self._bars: dict[str, Any] = {}
         self._started: dict[str, tuple[float, int]] = {}  # loop -> (clock, batches done) at its start
         self._total: int | None = None  # batches of a training epoch, learned from the last one
-        self._use_bars: bool | None = None
+        self._use_bars = mode == "bar" or (mode == "auto" and _isatty(self._stream()))
+        self._rank_zero: bool | None = None  # this process's rank is 0 (None: not known yet)
+
+    def subscriptions(self) -> Iterator[tuple[str, Handler, int | None, bool | int]]:
+        """The declared handlers, less the per-batch ones unless bars are drawn."""
+        per_batch = self.refresh_rate > 0 and self._use_bars
+        for pattern, handler, every, once in super().subscriptions():
+            if per_batch or getattr(handler, "__name__", "") not in _PER_BATCH:
+                yield pattern, handler, every, once
 
     # -- output ------------------------------------------------------------------------
     @property
     def enabled(self) -> bool:
-        return self.refresh_rate > 0
+        """Whether this process shows progress: ``refresh_rate > 0``, on rank 0 (or before the rank is known)."""
+        return self.refresh_rate > 0 and self._rank_zero is not False
 
     def _stream(self) -> TextIO:
         return self.file if self.file is not None else sys.stdout
 
-    def _bars_mode(self) -> bool:
-        if self._use_bars is None:
-            if self.mode == "auto":
-                isatty = getattr(self._stream(), "isatty", None)
-                self._use_bars = bool(isatty is not None and isatty())
-            else:
-                self._use_bars = self.mode == "bar"
-        return self._use_bars
+    def _learn_rank(self, event: Event, state: TrainerState) -> None:
+        if event.name in STAGE_STARTS:
+            self._rank_zero = state.is_global_zero
 
     def _line(self, text: str) -> None:
         print(text, file=self._stream(), flush=True)
@@ -91,12 +108,15 @@ class ProgressBar(Listener):
     @listen("setup")
     def on_setup(self, event: Event) -> None:
         self.close()
-        self._use_bars = None
+
+    @listen("fit.start")
+    def on_fit_start(self, event: Event, state: TrainerState) -> None:
+        self._learn_rank(event, state)
 
     @listen("fit.train.epoch_start")
     def on_train_epoch_start(self, event: Event) -> None:
         self._started["train"] = (time.monotonic(), event.batch_idx)
-        if self.enabled and self._bars_mode():
+        if self.enabled and self._use_bars:
             self._train_bar(event)
 
     def _train_bar(self, event: Event) -> Any:
@@ -113,14 +133,14 @@ class ProgressBar(Listener):
     @listen("fit.train.batch.end")
     def on_train_batch_end(self, event: Event) -> None:
         n = event.batch_idx
-        if not self.enabled or n % self.refresh_rate or not self._bars_mode():
+        if not self.enabled or n % self.refresh_rate or not self._use_bars:
             return
         bar = self._bars.get("train")
         if bar is None:  # resumed inside an epoch (tqdm objects must not be used as booleans)
             bar = self._train_bar(event)
         loss = loss_tensor(event.payload.get("outputs"))
-        if loss is not None and loss.numel() == 1:
-            bar.set_postfix(loss=f"{loss.detach().item():.4g}", refresh=False)
+        if loss is not None and loss.numel() == 1:  # what set_postfix(loss=...) shows, without its dict work
+            bar.set_postfix_str(f"loss={loss.detach().item():.4g}", refresh=False)
         bar.update(n - bar.n)
 
     @listen("fit.train.epoch_end")
@@ -138,7 +158,7 @@ class ProgressBar(Listener):
             bar.refresh()
             if self.leave:
                 self._bars.pop("train").close()
-        elif not self._bars_mode():
+        elif not self._use_bars:
             self._line(f"Epoch {event.epoch}: {n} batches{rate}" + (f" | {metrics}" if metrics else ""))
 
     # -- evaluation ------------------------------------------------------------------
@@ -147,10 +167,11 @@ class ProgressBar(Listener):
     @listen("validate.start")
     @listen("test.start")
     @listen("predict.start")
-    def on_eval_start(self, event: Event) -> None:
+    def on_eval_start(self, event: Event, state: TrainerState) -> None:
+        self._learn_rank(event, state)
         loop = event.name.removesuffix(".start")
         self._started[loop] = (time.monotonic(), 0)
-        if self.enabled and self._bars_mode():
+        if self.enabled and self._use_bars:
             self._eval_bar(loop)
 
     def _eval_bar(self, loop: str) -> Any:
@@ -162,7 +183,7 @@ class ProgressBar(Listener):
     @listen("test.batch.end")
     @listen("predict.batch.end")
     def on_eval_batch_end(self, event: Event) -> None:
-        if self.enabled and self._bars_mode():
+        if self.enabled and self._use_bars:
             loop = event.name.removesuffix(".batch.end")
             bar = self._bars.get(loop)
             (self._eval_bar(loop) if bar is None else bar).update(1)
@@ -183,7 +204,7 @@ class ProgressBar(Listener):
             if metrics:
                 bar.set_postfix_str(metrics, refresh=False)
             bar.close()
-        elif self.enabled and loop != "fit.sanity" and not self._bars_mode():
+        elif self.enabled and loop != "fit.sanity" and not self._use_bars:
             where = f" (epoch {event.epoch})" if loop == "fit.train.val" else ""
             self._line(f"{_EVAL[loop]}{where}: {n} batches{rate}" + (f" | {metrics}" if metrics else ""))
 

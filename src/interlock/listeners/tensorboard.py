@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from interlock.core.events import Event, Listener, listen
+from interlock.core.events import Event, Handler, Listener, listen
 from interlock.core.state import TrainerState
 from interlock.core.updates import SetListenerState
-from interlock.listeners._util import loss_tensor, output_dir, row_metrics
+from interlock.listeners._util import STAGE_STARTS, is_rank_zero, loss_tensor, output_dir, row_metrics
 
 __all__ = ["TensorBoardLogger"]
 
@@ -23,8 +24,8 @@ class TensorBoardLogger(Listener):
     written as ``train_loss_step`` (one ``.item()`` sync per logged step); ``0``
     turns that off. The writer is created on the first write and closed when the
     stage ends; the rows written are kept in the stored state, so a resumed run
-    writes only the rows that came after its checkpoint. Needs the ``tensorboard``
-    package.
+    writes only the rows that came after its checkpoint. Under DDP only rank 0
+    writes (the rank is read at each stage start). Needs the ``tensorboard`` package.
     """
 
     def __init__(self, save_dir: str | os.PathLike[str] | None = None, log_every_n_steps: int = 50) -> None:
@@ -36,11 +37,18 @@ class TensorBoardLogger(Listener):
         self.log_every_n_steps = log_every_n_steps
         self._dir: Path | None = Path(save_dir) if save_dir is not None else None
         self._writer: Any = None
+        self._rank_zero: bool | None = None  # this process's rank is 0 (None: not known yet)
+
+    def subscriptions(self) -> Iterator[tuple[str, Handler, int | None, bool | int]]:
+        """The declared handlers, less the per-batch one when ``log_every_n_steps`` is 0."""
+        for pattern, handler, every, once in super().subscriptions():
+            if self.log_every_n_steps or getattr(handler, "__name__", "") != "on_train_batch_end":
+                yield pattern, handler, every, once
 
     @property
     def log_dir(self) -> Path | None:
-        """Where the event files go (None until the run directory is known)."""
-        return self._dir
+        """Where the event files go (None until the run directory is known, and on ranks other than 0)."""
+        return None if self._rank_zero is False else self._dir
 
     def _open(self) -> Any:
         if self._writer is None:
@@ -60,7 +68,10 @@ class TensorBoardLogger(Listener):
     @listen("validate.start")
     @listen("test.start")
     def on_stage_start(self, event: Event, state: TrainerState) -> None:
-        self._locate(state)
+        if event.name in STAGE_STARTS:
+            self._rank_zero = state.is_global_zero
+        if self._rank_zero is not False:
+            self._locate(state)
 
     def _locate(self, state: TrainerState) -> None:
         where = output_dir(self.save_dir, state, "TensorBoardLogger")
@@ -71,7 +82,8 @@ class TensorBoardLogger(Listener):
     @listen("fit.train.batch.end")
     def on_train_batch_end(self, event: Event) -> None:
         n = self.log_every_n_steps
-        if n and event.trigger == "stepped" and event.global_step % n == 0 and self._dir is not None:
+        due = n and event.trigger == "stepped" and event.global_step % n == 0
+        if due and self._dir is not None and self._rank_zero is not False:
             loss = loss_tensor(event.payload.get("outputs"))
             if loss is not None and loss.numel() == 1:
                 self._open().add_scalar("train_loss_step", loss.detach().item(), global_step=event.global_step)
@@ -81,6 +93,8 @@ class TensorBoardLogger(Listener):
     @listen("validate.end")
     @listen("test.end")
     def on_rows(self, event: Event, state: TrainerState) -> SetListenerState | None:
+        if not is_rank_zero(self._rank_zero, state):
+            return None
         written = int(self.stored(state).get("rows", 0))
         rows = state.history[written:]
         if not rows:

@@ -14,12 +14,19 @@ from typing import Any
 
 from interlock.core.events import Event, Listener, listen
 from interlock.core.state import TrainerState
+from interlock.listeners._util import STAGE_STARTS
 
 __all__ = ["TRACE_FILE", "EventTrace"]
 
 TRACE_FILE = "events.jsonl"
-#: Events after which buffered lines are written out at once.
-_FINAL = frozenset({"teardown", "finished", "failed", "interrupted"})
+#: Events after which the buffered lines are written: the end of a run, and the
+#: boundaries where a run in progress is most often read (epoch and validation ends).
+_FLUSH = frozenset({"teardown", "finished", "failed", "interrupted", "fit.train.epoch_end", "fit.train.val.end"})
+#: One line; a buffered row is exactly its arguments: time, the JSON members of
+#: (event, trigger, source), epoch, global_step, batch_idx, count, and the error member or "".
+_LINE = '{"time": %r, %s, "epoch": %s, "global_step": %s, "batch_idx": %s, "count": %s%s}\n'
+Row = tuple[float, str, int, int, int, int, str]
+_now = time.time
 
 
 class EventTrace(Listener):
@@ -28,12 +35,14 @@ class EventTrace(Listener):
     Each line has exactly the keys ``time`` (Unix seconds), ``event`` (the leaf
     entered), ``trigger``, ``source`` (the leaf left), ``epoch``, ``global_step``,
     ``batch_idx`` and ``count``; the ``teardown`` line reached by ``fail`` and the
-    ``failed`` line add ``error`` (``"Type: message"``). Lines are buffered and
-    appended every ``flush_every`` lines and at ``teardown`` / ``finished`` /
-    ``failed`` / ``interrupted``. The per-transition handler takes only the event,
-    so the trainer builds no state snapshot for it; the run directory is read
-    from the state at stage starts and ends and at epoch boundaries. No file
-    stays open between writes, so the listener pickles at any time.
+    ``failed`` line add ``error`` (``"Type: message"``). Transitions are buffered
+    as tuples and formatted only when written: every ``flush_every`` lines, at
+    ``fit.train.epoch_end`` and ``fit.train.val.end``, and at ``teardown`` /
+    ``finished`` / ``failed`` / ``interrupted``. The per-transition handler takes
+    only the event, so the trainer builds no state snapshot for it; the run
+    directory is read from the state at stage starts and epoch boundaries, and
+    the process rank at stage starts: on ranks other than 0 nothing is written.
+    No file stays open between writes, so the listener pickles at any time.
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None, flush_every: int = 256) -> None:
@@ -42,55 +51,70 @@ class EventTrace(Listener):
         self.path = Path(path) if path is not None else None
         self.flush_every = flush_every
         self._file: Path | None = self.path
-        self._lines: list[str] = []
+        self._rows: list[Row] = []
         self._names: dict[tuple[str, str, str], str] = {}
+        self._rank_zero: bool | None = None  # this process's rank is 0 (None: not known yet)
 
     @property
     def file(self) -> Path | None:
-        """The file being written (None until the run directory is known)."""
-        return self._file
+        """The file being written (None until the run directory is known, and on ranks other than 0)."""
+        return None if self._rank_zero is False else self._file
 
     @listen("*")
     def on_event(self, event: Event) -> None:
-        key = (event.name, event.trigger, event.source)
-        names = self._names.get(key)
-        if names is None:  # JSON-encode each (event, trigger, source) once
+        name = event.name
+        key = (name, event.trigger, event.source)
+        try:
+            names = self._names[key]
+        except KeyError:  # JSON-encode each (event, trigger, source) once
             names = self._names[key] = json.dumps(dict(zip(("event", "trigger", "source"), key, strict=True)))[1:-1]
-        line = (
-            f'{{"time": {time.time()!r}, {names}, "epoch": {event.epoch}, "global_step": {event.global_step}, '
-            f'"batch_idx": {event.batch_idx}, "count": {event.count}'
-        )
-        if event.trigger == "fail" or event.name == "failed":
-            line += _error(event.payload)
-        self._lines.append(line + "}")
-        if len(self._lines) >= self.flush_every or event.name in _FINAL:
-            self.flush()
+        rows = self._rows
+        if name not in _FLUSH:
+            rows.append((_now(), names, event.epoch, event.global_step, event.batch_idx, event.count, ""))
+            if len(rows) >= self.flush_every:
+                self.flush()
+            return
+        error = _error(event.payload) if event.trigger == "fail" or name == "failed" else ""
+        rows.append((_now(), names, event.epoch, event.global_step, event.batch_idx, event.count, error))
+        self.flush()
 
     @listen("fit.start")
-    @listen("fit.train.epoch_start")
-    @listen("fit.train.epoch_end")
     @listen("validate.start")
     @listen("test.start")
     @listen("predict.start")
+    @listen("fit.train.epoch_start")
+    @listen("fit.train.epoch_end")
     @listen("teardown")
     @listen("finished")
     @listen("failed")
     @listen("interrupted")
     def on_boundary(self, event: Event, state: TrainerState) -> None:
-        """Learn the output file from the state (on rare events only), then write at the end."""
+        """Learn the rank (at stage starts) and the output file from the state, on rare events only."""
+        if event.name in STAGE_STARTS:
+            self._rank_zero = state.is_global_zero
         if self.path is None and state.run_dir:
             self._file = Path(state.run_dir) / TRACE_FILE
-        if event.name in _FINAL:
-            self.flush()
 
     def flush(self) -> None:
-        """Append the buffered lines to the file (kept buffered while the file is unknown)."""
-        if not self._lines or self._file is None:
+        """Append the buffered lines to the file (kept buffered while the file is unknown; dropped off rank 0)."""
+        rows = self._rows
+        if not rows:
             return
-        self._file.parent.mkdir(parents=True, exist_ok=True)
-        with self._file.open("a", encoding="utf-8") as fh:
-            fh.write("\n".join(self._lines) + "\n")
-        self._lines.clear()
+        if self._rank_zero is False:
+            rows.clear()
+            return
+        file = self._file
+        if file is None:
+            return
+        text = "".join([_LINE % row for row in rows])
+        try:
+            fh = file.open("a", encoding="utf-8")
+        except FileNotFoundError:  # the first write: make the directory
+            file.parent.mkdir(parents=True, exist_ok=True)
+            fh = file.open("a", encoding="utf-8")
+        with fh:
+            fh.write(text)
+        rows.clear()
 
 
 def _error(payload: Mapping[str, Any]) -> str:

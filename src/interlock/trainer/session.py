@@ -114,7 +114,11 @@ class Session:
         chart = state.chart
         if chart in ("finished", "fit.end") or chart not in self.runtime.chart.checkpoint_states:
             chart = "fit.train.epoch_end"
-        self.runtime.apply(RestoreState(attrs.evolve(state, chart=chart, stage="fit", status="running")))
+        now = self.runtime.state  # this process's rank, not the saving process's
+        restored = attrs.evolve(
+            state, chart=chart, stage="fit", status="running", global_rank=now.global_rank, world_size=now.world_size
+        )
+        self.runtime.apply(RestoreState(restored))
 
     def save(self, path: str, state: TrainerState, ctx: RunContext) -> None:
         train = ctx.data.get("train")
