@@ -113,12 +113,14 @@ def test_validation_metric_is_the_mean_over_ranks(ddp_run: Any) -> None:
 
 
 def test_stop_on_one_rank_stops_every_rank_at_the_same_step(ddp_run: Any) -> None:
-    """A Stop returned on rank 1 only at step 3 ends both ranks after step 4, without a hang.
+    """A Stop returned on rank 1 only at step 3 ends both ranks at the same later step, without a hang.
 
-    Ranks vote without blocking at each batch end; the vote is answered one batch late.
+    Ranks vote without blocking every 8 batches (read one batch later), or agree at an epoch end.
     """
     _, results, _ = ddp_run
-    assert [r["stop"] for r in results] == [{"global_step": 4, "status": "finished"}] * 2
+    steps = {r["stop"]["global_step"] for r in results}
+    assert len(steps) == 1 and 3 < steps.pop() <= 3 + 8 + 1
+    assert all(r["stop"]["status"] == "finished" for r in results)
 
 
 def test_only_rank_zero_writes_checkpoints(ddp_run: Any) -> None:

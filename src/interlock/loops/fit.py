@@ -148,14 +148,15 @@ def _after_batch(drv: Driver, ctx: RunContext, epoch: _Epoch) -> None:
     """Leave ``batch.end``: next batch, validation, or the end of the epoch.
 
     In one process a stop request or a preemption signal acts at this boundary.
-    Across processes the ranks vote without blocking (``ctx.vote``): what any rank
-    asked for at one batch end acts on every rank at the next.
+    Across processes the ranks vote without blocking (``ctx.vote``, every few
+    batches): what any rank asked for acts on every rank at the same later batch.
+    Validation and epoch ends agree at once (a blocking ``ctx.agree``).
     """
     flag = ctx.preemption
     preempted = flag is not None and flag.received is not None
     stop = drv.should_stop
     if ctx.vote is not None:
-        stop, preempted = ctx.vote(stop, preempted)
+        stop, preempted = ctx.vote(drv.counters.train_batches, stop, preempted)
     if preempted:
         ctx.request_preemption_save()
         raise Preempted(flag.received if flag is not None and flag.received is not None else int(signal.SIGTERM))

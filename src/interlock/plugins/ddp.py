@@ -79,22 +79,25 @@ def collectives(
 
 
 class AsyncVote:
-    """A non-blocking vote across ranks on ``(stop, preempt)``, answered one call late.
+    """A non-blocking vote across ranks on ``(stop, preempt)``, one collective every ``every`` batches.
 
-    Each call starts an all-reduce (MAX) of this rank's flags and returns the
-    agreed flags of the previous call, whose collective has had a whole training
-    step to finish. Every rank gets the same answer at the same batch, at the cost
-    of acting one batch after the request; no rank blocks on a collective per step.
+    At a batch end whose index is a multiple of ``every`` each rank starts an
+    all-reduce (MAX) of its flags; at the next batch end it reads the agreed
+    result, which has had a whole training step to arrive. Every rank gets the
+    same answer at the same batch, so all stop together, at most ``every`` batches
+    after the request; no rank blocks on a collective, and the per-step cost is
+    one small all-reduce every ``every`` steps.
     """
 
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
+    def __init__(self, device: torch.device, every: int = 8) -> None:
+        self.device, self.every = device, every
         self._pending: tuple[Any, torch.Tensor] | None = None
 
-    def __call__(self, stop: bool, preempt: bool) -> tuple[bool, bool]:
+    def __call__(self, batch: int, stop: bool, preempt: bool) -> tuple[bool, bool]:
         agreed = self.drain()
-        flags = torch.tensor([int(stop), int(preempt)], dtype=torch.int32, device=self.device)
-        self._pending = (dist.all_reduce(flags, op=dist.ReduceOp.MAX, async_op=True), flags)
+        if batch % self.every == 0:
+            flags = torch.tensor([int(stop), int(preempt)], dtype=torch.int32, device=self.device)
+            self._pending = (dist.all_reduce(flags, op=dist.ReduceOp.MAX, async_op=True), flags)
         return agreed
 
     def drain(self) -> tuple[bool, bool]:
