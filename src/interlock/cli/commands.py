@@ -137,6 +137,11 @@ def run(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str]) -> int:
     where = Path(trainer.state.run_dir or trainer.run_dir).absolute()  # a resumed run continues in its own
     note = "" if where.exists() else " (no listener wrote anything there)"
     print(f"{command} finished in {seconds:.1f} s; run directory: {where}{note}")
+    if where.exists():
+        for path in sorted(p for p in where.rglob("*") if p.is_file()):
+            print(f"  {path.relative_to(where)}")
+        if (where / "events.jsonl").exists():
+            print(f"draw this run on the chart: interlock chart --trace {where} --format svg -o run.svg")
     if command == "predict":
         print(f"predictions: {len(result)} batches")
     else:
