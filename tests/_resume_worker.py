@@ -36,6 +36,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import interlock
 from interlock import Event, Listener, SaveCheckpoint, TrainerState
+from interlock.core.bitwise import differences
 from interlock.core.state import thaw
 from interlock.listeners.checkpoint import ModelCheckpoint
 
@@ -111,28 +112,6 @@ def result(trainer: interlock.Trainer, module: Tiny, scheds: Any) -> dict[str, A
         "run_dir": state.run_dir,
         "rng": torch.get_rng_state(),
     }
-
-
-def differences(a: Any, b: Any, where: str = "") -> list[str]:
-    """Where ``a`` and ``b`` differ; tensors and floats must match bit for bit."""
-    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
-            return [f"{where}: {type(a).__name__} vs {type(b).__name__}"]
-        if a.dtype != b.dtype or a.shape != b.shape:
-            return [f"{where}: {a.dtype}{tuple(a.shape)} vs {b.dtype}{tuple(b.shape)}"]
-        same = torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
-        return [] if same else [f"{where}: tensors differ (max abs diff {(a.double() - b.double()).abs().max()})"]
-    if isinstance(a, dict) and isinstance(b, dict):
-        if list(a) != list(b):
-            return [f"{where}: keys {list(a)} vs {list(b)}"]
-        return [d for k in a for d in differences(a[k], b[k], f"{where}/{k}")]
-    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
-        if len(a) != len(b):
-            return [f"{where}: length {len(a)} vs {len(b)}"]
-        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in differences(x, y, f"{where}[{i}]")]
-    if isinstance(a, float) and isinstance(b, float):
-        return [] if a.hex() == b.hex() else [f"{where}: {a!r} vs {b!r}"]
-    return [] if (type(a), a) == (type(b), b) else [f"{where}: {a!r} vs {b!r}"]
 
 
 def compare(expected: dict[str, Any], got: dict[str, Any]) -> list[str]:

@@ -109,28 +109,10 @@ def _fit(root: str, out: str | None, ckpt: str | None, save_at: int | None, trac
 
 
 # ------------------------------------------------------------------------------ checker side
-def _differences(a: Any, b: Any, where: str = "") -> list[str]:
-    import torch
-
-    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        same = a.dtype == b.dtype and a.shape == b.shape
-        same = same and torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
-        return [] if same else [f"{where}: tensors differ"]
-    if isinstance(a, dict) and isinstance(b, dict):
-        if list(a) != list(b):
-            return [f"{where}: keys {list(a)} vs {list(b)}"]
-        return [d for k in a for d in _differences(a[k], b[k], f"{where}/{k}")]
-    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
-        if len(a) != len(b):
-            return [f"{where}: length {len(a)} vs {len(b)}"]
-        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in _differences(x, y, f"{where}[{i}]")]
-    if isinstance(a, float) and isinstance(b, float):
-        return [] if a.hex() == b.hex() else [f"{where}: {a!r} vs {b!r}"]
-    return [] if (type(a), a) == (type(b), b) else [f"{where}: {a!r} vs {b!r}"]
-
-
 def _compare(expected_path: Path, got_path: Path) -> list[str]:
     import torch
+
+    from interlock.core.bitwise import differences
 
     def local(value: Any, run_dir: str) -> Any:
         if isinstance(value, str):
@@ -142,7 +124,7 @@ def _compare(expected_path: Path, got_path: Path) -> list[str]:
         return value
 
     expected, got = (torch.load(p, weights_only=True) for p in (expected_path, got_path))
-    return _differences(local(expected, expected.pop("run_dir")), local(got, got.pop("run_dir")))
+    return differences(local(expected, expected.pop("run_dir")), local(got, got.pop("run_dir")))
 
 
 def _spawn(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
