@@ -26,7 +26,7 @@ def test_monitor_reports_the_scheduled_learning_rate(trainer_factory: Any, inter
 
 
 def test_learning_rates_are_built_only_when_listened(trainer_factory: Any, monkeypatch: Any) -> None:
-    """Without a listener on the optimizer-step event, the loop never reads the learning rates."""
+    """Unless a handler reads the payload, the loop never reads the learning rates (even if events are listened)."""
     from interlock.loops import fit
 
     calls: list[int] = []
@@ -34,6 +34,11 @@ def test_learning_rates_are_built_only_when_listened(trainer_factory: Any, monke
     monkeypatch.setattr(fit, "_lrs", lambda ctx: calls.append(1) or original(ctx))
     trainer_factory(max_epochs=1).fit(TinyModule(), loader(32, 16))
     assert calls == []
+    listened = trainer_factory(max_epochs=1)
+    names: list[str] = []
+    listened.on("*", lambda e: names.append(e.name))  # every event delivered, no payload read
+    listened.fit(TinyModule(), loader(32, 16))
+    assert "fit.train.batch.optimizer_step" in names and calls == []
     trainer = trainer_factory(max_epochs=1, listeners=[LearningRateMonitor(logging_interval="step")])
     trainer.fit(TinyModule(), loader(32, 16))
     assert len(calls) == 2

@@ -36,7 +36,9 @@ class Event:
     """One transition: the leaf state entered, how, and what it carries.
 
     ``payload`` holds the transition's data: ``batch``, ``outputs`` (what a step
-    returned), ``metrics``, ``exception``; only what the transition knows.
+    returned), ``lr``, ``exception``; only what the transition knows. The loops
+    may pass it as a function: it is built the first time a handler reads it, so
+    handlers that never look (a trace) cost no payload.
     """
 
     name: str
@@ -46,11 +48,20 @@ class Event:
     epoch: int
     global_step: int
     batch_idx: int
-    payload: Mapping[str, Any] = _EMPTY
+    _payload: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = attrs.field(default=None, eq=False)
 
     @property
     def dest(self) -> str:
         return self.name
+
+    @property
+    def payload(self) -> Mapping[str, Any]:
+        """The transition's data (built on first access when the loop passed a function)."""
+        payload = self._payload
+        if callable(payload):
+            payload = payload()
+            object.__setattr__(self, "_payload", payload)  # a one-time cache on a frozen event
+        return payload if payload is not None else _EMPTY
 
 
 @attrs.define

@@ -32,7 +32,6 @@ from interlock.core.updates import (
 
 __all__ = ["Runtime"]
 
-_NO_PAYLOAD: Mapping[str, Any] = {}
 
 
 class Runtime:
@@ -85,7 +84,7 @@ class Runtime:
         """Take the transition ``trigger`` from the current state and emit its event.
 
         ``payload`` is the event's data, or a function that builds it: that is only
-        called when someone listens.
+        called when a handler reads ``event.payload``.
         """
         source = self._at
         try:
@@ -101,9 +100,7 @@ class Runtime:
             self.trace.append((source, trigger, dest))
         if signal.receivers:
             c = self.counters
-            if callable(payload):
-                payload = payload()
-            event = Event(dest, trigger, source, count, c.epoch, c.global_step, c.batch_idx, payload or _NO_PAYLOAD)
+            event = Event(dest, trigger, source, count, c.epoch, c.global_step, c.batch_idx, payload)
             self.apply_all(self.bus.send(event, self._state_ref))
         if self._pending_saves and dest in self._checkpointable:
             self._flush_saves()
