@@ -33,7 +33,6 @@ from interlock.core.updates import (
 __all__ = ["Runtime"]
 
 
-
 class Runtime:
     """Chart cursor + event bus + the state; implements the loops' ``Driver``."""
 
