@@ -36,7 +36,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import interlock
 from interlock import Event, Listener, SaveCheckpoint, TrainerState
-from interlock.core.bitwise import differences
+from interlock.core.bitwise import differences, relocate
 from interlock.core.state import thaw
 from interlock.listeners.checkpoint import ModelCheckpoint
 
@@ -117,20 +117,10 @@ def result(trainer: interlock.Trainer, module: Tiny, scheds: Any) -> dict[str, A
 def compare(expected: dict[str, Any], got: dict[str, Any]) -> list[str]:
     """Differences between two ``--out`` results, run directories aside."""
 
-    def local(value: Any, run_dir: str) -> Any:
-        if isinstance(value, str):
-            return value.replace(run_dir, "<run>")
-        if isinstance(value, dict):
-            return {local(k, run_dir): local(v, run_dir) for k, v in value.items()}
-        if isinstance(value, list):
-            return [local(v, run_dir) for v in value]
-        return value
-
     keys = ["model", "optimizers", "schedulers", "history", "counts", "listeners", "progress", "metrics"]
     keys += ["best_metrics", "rng"]
-    return differences(
-        {k: local(expected[k], expected["run_dir"]) for k in keys}, {k: local(got[k], got["run_dir"]) for k in keys}
-    )
+    a = {k: relocate(expected[k], expected["run_dir"]) for k in keys}
+    return differences(a, {k: relocate(got[k], got["run_dir"]) for k in keys})
 
 
 class Crash(Exception):

@@ -6,7 +6,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from interlock.core.bitwise import differences
+from interlock.core.bitwise import differences, relocate
 
 
 @given(st.floats(allow_nan=True), st.floats(allow_nan=True))
@@ -32,3 +32,9 @@ def test_nested_paths_are_named() -> None:
     assert differences(a, {"step": 3, "model": {"w": [1, 2.0]}})[0].startswith(": keys")
     assert differences([1], [1, 2]) == [": length 1 vs 2"]
     assert differences(1, 1.0) == [": 1 vs 1.0"]
+
+
+def test_relocate_replaces_the_run_directory_everywhere() -> None:
+    """Strings, keys and nested lists lose the run directory; other values are untouched."""
+    value = {"/r/a/x.ckpt": ["/r/a/y", 3, 1.5], "k": "/r/a"}
+    assert relocate(value, "/r/a") == {"<run>/x.ckpt": ["<run>/y", 3, 1.5], "k": "<run>"}

@@ -112,19 +112,10 @@ def _fit(root: str, out: str | None, ckpt: str | None, save_at: int | None, trac
 def _compare(expected_path: Path, got_path: Path) -> list[str]:
     import torch
 
-    from interlock.core.bitwise import differences
-
-    def local(value: Any, run_dir: str) -> Any:
-        if isinstance(value, str):
-            return value.replace(run_dir, "<run>")
-        if isinstance(value, dict):
-            return {local(k, run_dir): local(v, run_dir) for k, v in value.items()}
-        if isinstance(value, list):
-            return [local(v, run_dir) for v in value]
-        return value
+    from interlock.core.bitwise import differences, relocate
 
     expected, got = (torch.load(p, weights_only=True) for p in (expected_path, got_path))
-    return differences(local(expected, expected.pop("run_dir")), local(got, got.pop("run_dir")))
+    return differences(relocate(expected, expected.pop("run_dir")), relocate(got, got.pop("run_dir")))
 
 
 def _spawn(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:

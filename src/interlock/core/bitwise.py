@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["differences"]
+__all__ = ["differences", "relocate"]
 
 
 def differences(a: Any, b: Any, where: str = "") -> list[str]:
@@ -34,3 +34,17 @@ def differences(a: Any, b: Any, where: str = "") -> list[str]:
     if isinstance(a, float) and isinstance(b, float):
         return [] if a.hex() == b.hex() else [f"{where}: {a!r} vs {b!r}"]
     return [] if (type(a), a) == (type(b), b) else [f"{where}: {a!r} vs {b!r}"]
+
+
+def relocate(value: Any, path: str, placeholder: str = "<run>") -> Any:
+    """``value`` with ``path`` replaced by ``placeholder`` in every string (keys included).
+
+    Two runs in different directories compare equal once their run directory is relocated.
+    """
+    if isinstance(value, str):
+        return value.replace(path, placeholder)
+    if isinstance(value, dict):
+        return {relocate(k, path, placeholder): relocate(v, path, placeholder) for k, v in value.items()}
+    if isinstance(value, list):
+        return [relocate(v, path, placeholder) for v in value]
+    return value
