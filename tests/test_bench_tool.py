@@ -52,7 +52,9 @@ def test_bench_quick_json_shape() -> None:
 
     ckpt = report["ckpt"]
     assert ckpt["status"] == "ok", ckpt
-    assert all(_finite(v) for v in ckpt["ms"].values())
+    assert set(ckpt["ms"]) == {"torch_save", "torch_save_fsync", "interlock", "interlock_sync"}
+    assert all(_finite(v) for v in (*ckpt["ms"].values(), *ckpt["durable_ms"].values()))
+    assert ckpt["durable_ms"]["interlock"] >= ckpt["ms"]["interlock"]  # in place only after the call returned
     assert _finite(ckpt["ratio"]) and ckpt["verdict"] in ("PASS", "MISS")
 
     resume = report["resume"]

@@ -11,6 +11,8 @@ import math
 import os
 import pickle
 import shlex
+import stat
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -386,18 +388,23 @@ FAILURES = {
 }
 
 
+@pytest.mark.parametrize("background", [False, True], ids=["sync", "background"])
 @pytest.mark.parametrize("failing", list(FAILURES))
 def test_failure_during_save_keeps_old_file_and_no_temp(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str, background: bool
 ) -> None:
-    """Any failure while writing raises CheckpointError naming the cause; the old file is intact, the temp gone."""
+    """Any failure while writing raises CheckpointError naming the cause (in the background: from wait()); the
+    old file is intact, the temp gone."""
+    writer = TorchCheckpointIO(background=background)
     path = tmp_path / "last.ckpt"
-    IO.save_checkpoint(SAMPLE, path)
+    writer.save_checkpoint(SAMPLE, path)
+    writer.wait()
     before = snapshot(tmp_path)
     patch, pattern = FAILURES[failing]
     patch(monkeypatch)
     with pytest.raises(CheckpointError, match=pattern) as info:
-        IO.save_checkpoint({"step": 99, "w": torch.ones(100_000)}, path)
+        writer.save_checkpoint({"step": 99, "w": torch.ones(100_000)}, path)
+        writer.wait()
     assert str(path) in str(info.value)
     monkeypatch.undo()
     assert snapshot(tmp_path) == before
@@ -427,6 +434,92 @@ def test_killed_writer_never_leaves_a_half_file_at_target(tmp_path: Path, monkey
     assert seen["tmp_content"] == {"step": 99}
     assert path.read_bytes() == old
     assert os.listdir(tmp_path) == ["last.ckpt"]
+
+
+# ---------------------------------------------------------------- background saves
+
+
+def _gate_fsync(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """From now on, file fsyncs block until the returned event is set (directory fsyncs pass)."""
+    gate, real = threading.Event(), os.fsync
+
+    def fsync(fd: int) -> None:
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            assert gate.wait(30), "the test never opened the gate"
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return gate
+
+
+def test_background_save_returns_before_the_file_is_in_place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """save_checkpoint returns while the fsync is pending; the target keeps its old bytes until the new file is
+    durable, and two saves to one path land in the order they were made."""
+    writer = TorchCheckpointIO(background=True)
+    path = tmp_path / "last.ckpt"
+    IO.save_checkpoint({"step": 1}, path)
+    old = path.read_bytes()
+    gate = _gate_fsync(monkeypatch)
+    writer.save_checkpoint({"step": 2}, path)
+    writer.save_checkpoint({"step": 3, "w": torch.ones(10)}, path)
+    assert path.read_bytes() == old
+    gate.set()
+    writer.wait()
+    assert IO.load_checkpoint(path)["step"] == 3
+    assert os.listdir(tmp_path) == ["last.ckpt"]
+
+
+def test_replaced_file_is_removed_only_after_its_replacement_is_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """remove_checkpoint(old, replaced_by=new) waits behind new's pending save: old exists until new does."""
+    writer = TorchCheckpointIO(background=True)
+    old, new = tmp_path / "epoch=0.ckpt", tmp_path / "epoch=1.ckpt"
+    IO.save_checkpoint({"epoch": 0}, old)
+    gate = _gate_fsync(monkeypatch)
+    writer.save_checkpoint({"epoch": 1}, new)
+    writer.remove_checkpoint(old, replaced_by=new)
+    assert old.exists() and not new.exists()
+    gate.set()
+    writer.wait()
+    assert not old.exists() and writer.load_checkpoint(new) == {"epoch": 1}
+
+
+def test_failed_background_save_keeps_the_file_it_replaces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the replacement cannot be put in place, the old file stays, no temp remains, and wait() names the file."""
+    writer = TorchCheckpointIO(background=True)
+    old, new = tmp_path / "epoch=0.ckpt", tmp_path / "epoch=1.ckpt"
+    IO.save_checkpoint({"epoch": 0}, old)
+    monkeypatch.setattr(os, "replace", _raise(OSError(28, "No space left on device")))
+    writer.save_checkpoint({"epoch": 1}, new)
+    writer.remove_checkpoint(old, replaced_by=new)
+    with pytest.raises(CheckpointError, match=r"cannot write checkpoint .*epoch=1\.ckpt: No space left"):
+        writer.wait()
+    assert os.listdir(tmp_path) == ["epoch=0.ckpt"]
+    writer.wait()  # the error is reported once
+
+
+def test_a_failed_background_save_is_raised_by_the_next_save(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An error from the worker is not lost: once that save has finished, the next save raises it."""
+    writer = TorchCheckpointIO(background=True)
+    monkeypatch.setattr(os, "replace", _raise(OSError(5, "Input/output error")))
+    writer.save_checkpoint({"step": 1}, tmp_path / "a.ckpt")
+    done = threading.Event()
+    writer._pool().submit(done.set)  # queued behind the failing save
+    assert done.wait(30)
+    monkeypatch.undo()
+    with pytest.raises(CheckpointError, match=r"a\.ckpt: Input/output error"):
+        writer.save_checkpoint({"step": 2}, tmp_path / "b.ckpt")
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_background_writer_pickles_after_its_saves_are_in_place(tmp_path: Path) -> None:
+    """Pickling waits for pending saves and carries only the mode; the copy reads what the original wrote."""
+    writer = TorchCheckpointIO(background=True)
+    writer.save_checkpoint(SAMPLE, tmp_path / "c.ckpt")
+    copy = pickle.loads(pickle.dumps(writer))
+    assert copy.background is True
+    assert copy.load_checkpoint(tmp_path / "c.ckpt")["step"] == 7
 
 
 def test_save_rejects_non_dict_and_directory_target(tmp_path: Path) -> None:

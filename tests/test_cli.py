@@ -256,7 +256,9 @@ def test_listeners_prints_order_and_handlers_per_event(
     assert main(["listeners", "--trainer.listeners", "[]"]) == 0
     assert "no listeners" in capsys.readouterr().out
     assert main(["listeners"]) == 0
-    assert "the Trainer's defaults" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "the Trainer's defaults" in out
+    assert "observers of every transition (called first, with plain values): EventTrace.record" in out
 
 
 def test_preemption_exits_128_plus_signal_and_resume_hint_works(

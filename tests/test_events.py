@@ -161,23 +161,77 @@ def test_event_carries_counters_and_payload(trainer_factory: Any) -> None:
     assert all(float(e.payload["outputs"].detach()) > 0 for e in events)
 
 
-def test_unlistened_events_build_no_event_object(trainer_factory: Any, monkeypatch: Any) -> None:
-    """With no handler, the runtime constructs no Event and no state snapshot during fit."""
-    built: list[str] = []
+@pytest.fixture
+def built(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the Event objects the runtime constructs from now on."""
+    names: list[str] = []
     original = events_module.Event
 
     class CountingEvent(original):  # type: ignore[misc, valid-type]
         def __init__(self, *a: Any, **k: Any) -> None:
-            built.append(a[0])
+            names.append(a[0])
             super().__init__(*a, **k)
 
     from interlock.trainer import runtime
 
     monkeypatch.setattr(runtime, "Event", CountingEvent)
+    return names
+
+
+def test_unlistened_events_build_no_event_object(trainer_factory: Any, built: list[str]) -> None:
+    """With no handler, the runtime constructs no Event and no state snapshot during fit."""
     trainer = trainer_factory(max_epochs=1)
     trainer.on("fit.train.epoch_end", lambda e: None)
     _fit(trainer)
     assert built == ["fit.train.epoch_end"]
+
+
+def test_observers_see_every_transition_before_handlers_without_events(trainer_factory: Any, built: list[str]) -> None:
+    """An observer gets every transition as plain values, in order, before its handlers; no Event is built."""
+    trainer = trainer_factory(max_epochs=1)
+    trainer.runtime.trace = []
+    seen: list[tuple[Any, ...]] = []
+    order: list[str] = []
+    trainer.observe(lambda *values: (seen.append(values), order.append("observer")))
+    trainer.on("fit.train.epoch_end", lambda e: order.append("handler"))
+    _fit(trainer)
+    assert [(src, trig, dst) for dst, trig, src, *_ in seen] == trainer.runtime.trace
+    assert built == ["fit.train.epoch_end"]
+    assert order.count("handler") == 1
+    assert order.index("handler") == [v[0] for v in seen].index("fit.train.epoch_end") + 1
+    ends = [v for v in seen if v[0] == "fit.train.batch.end"]
+    assert [(count, epoch, step, idx) for _, _, _, count, epoch, step, idx in ends] == [
+        (i, 0, i, i) for i in range(1, 9)
+    ]
+    assert trainer.bus.observer_sources() == [
+        "test_observers_see_every_transition_before_handlers_without_events.<locals>.<lambda>"
+    ]
+
+
+def test_a_listeners_observe_methods_are_registered_in_listener_order(trainer_factory: Any) -> None:
+    """`@observe` methods are registered under the listener's key, in listener order, and are not handlers."""
+
+    class Recorder(Listener):
+        def __init__(self, key: str, log: list[str]) -> None:
+            self.key, self.log = key, log
+
+        @interlock.observe
+        def record(self, name: str, *rest: Any) -> None:
+            if name == "fit.train.epoch_end":
+                self.log.append(self.key)
+
+    log: list[str] = []
+    trainer = trainer_factory(max_epochs=1, listeners=[Recorder("b", log), Recorder("a", log)])
+    assert trainer.bus.observer_sources() == ["b.record", "a.record"]
+    assert trainer.subscribers() == []
+    _fit(trainer)
+    assert log == ["b", "a"]
+
+
+def test_observe_rejects_what_is_not_callable(trainer_factory: Any) -> None:
+    """A non-callable observer is refused at registration, naming it."""
+    with pytest.raises(TypeError, match="observer must be callable, got 3"):
+        trainer_factory().observe(3)
 
 
 def test_handlers_return_updates_applied_by_the_trainer(trainer_factory: Any) -> None:

@@ -157,12 +157,13 @@ def test_trace_flushes_every_n_lines_and_at_epoch_and_validation_ends(tmp_path: 
     assert read_trace(trainer.state.run_dir).events == sum(trainer.state.counts.values())
 
 
-def test_trace_handler_takes_no_state(tmp_path: Path) -> None:
-    """The per-transition handler is registered as (event) only, so the trainer builds no state for it."""
+def test_trace_records_through_an_observer_and_handles_only_boundaries(tmp_path: Path) -> None:
+    """EventTrace records transitions as an observer; per-batch events get no handler, so no Event is built."""
     trainer = Trainer(listeners=[EventTrace()], default_root_dir=tmp_path, accelerator="cpu")
+    assert trainer.bus.observer_sources() == ["EventTrace.record"]
     for name in ("fit.train.batch.step", "fit.train.batch.end", "fit.train.val.batch.fetch"):
-        (sub,) = trainer.bus.handlers(name)
-        assert sub.wants_state is False
+        assert trainer.bus.handlers(name) == []
+        assert not trainer.bus.signals[name].receivers
 
 
 def test_failed_fit_is_traced_with_its_error(tmp_path: Path, digits: DigitsData) -> None:

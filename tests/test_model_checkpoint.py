@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -90,19 +91,33 @@ def test_top_k_keeps_the_k_best_files(tmp_path: Path, mode: str, kept: list[int]
 
 
 def test_dropped_files_are_deleted_only_after_their_replacement_exists(tmp_path: Path) -> None:
-    """At every event, at least as many top-k files exist as have been kept so far: never delete-then-write."""
+    """Once a top-k file is on disk, one always is: never delete-then-write (saves finish in the background)."""
     mc = ModelCheckpoint(every_n_train_steps=1, save_top_k=1)
     trainer = interlock.Trainer(max_epochs=2, listeners=[mc], default_root_dir=tmp_path)
     seen: list[int] = []
-
-    @trainer.on("*")
-    def count(event: Event, state: TrainerState) -> None:
-        if mc.best_k_models(state):
-            seen.append(len(files(tmp_path)))
-
+    trainer.on("*", lambda event: seen.append(len(files(tmp_path))))
     trainer.fit(TinyModule(), loader(64, 8))
-    assert seen and min(seen) >= 1
+    first = next(i for i, n in enumerate(seen) if n)
+    assert min(seen[first:]) >= 1 and seen[-1] == 1
     assert files(tmp_path) == ["epoch=1-step=16.ckpt"]
+
+
+def test_a_dropped_file_survives_when_its_replacement_cannot_be_written(tmp_path: Path, monkeypatch: Any) -> None:
+    """The run fails naming the checkpoint it could not put in place; the file it was to replace is kept."""
+    mc = ModelCheckpoint(every_n_train_steps=4, save_top_k=1, filename="{step}")
+    trainer = interlock.Trainer(max_epochs=1, listeners=[mc], default_root_dir=tmp_path)
+    real = os.replace
+
+    def replace(src: Any, dst: Any) -> None:
+        if Path(dst).name == "step=8.ckpt":
+            raise OSError(28, "No space left on device")
+        real(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(interlock.CheckpointError, match=r"step=8\.ckpt: No space left on device"):
+        trainer.fit(TinyModule(), loader(64, 8))
+    assert trainer.state.status == "failed"
+    assert files(tmp_path) == ["step=4.ckpt"]
 
 
 def test_without_monitor_only_the_latest_is_kept(tmp_path: Path) -> None:

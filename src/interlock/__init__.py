@@ -8,7 +8,7 @@ from interlock.core.errors import (
     IllegalTransition,
     InterlockError,
 )
-from interlock.core.events import Event, Listener, listen
+from interlock.core.events import Event, Listener, listen, observe
 from interlock.core.module import Module
 from interlock.core.state import Progress, TrainerState
 from interlock.core.updates import (
@@ -51,4 +51,5 @@ __all__ = [
     "__version__",
     "listen",
     "load_chart",
+    "observe",
 ]

@@ -196,6 +196,9 @@ def listeners(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str]) -> in
         cls = type(listener)
         after = f"  (after {', '.join(listener.after)})" if listener.after else ""
         print(f"  {i}. {listener.key:<{key_width}}  {cls.__module__}.{cls.__qualname__}{after}")
+    observers = trainer.bus.observer_sources()
+    if observers:
+        print(f"observers of every transition (called first, with plain values): {', '.join(observers)}")
     print("events and their handlers, in delivery order:")
     subscribed = trainer.subscribers()
     width = max((len(event) for event, _ in subscribed), default=0)

@@ -8,6 +8,12 @@ or its ``once``-th, occurrence). Each signal has one blinker receiver, the bus's
 dispatcher, which calls that event's handlers in registration order: delivery is
 deterministic. When an event has no handler its signal has no receiver, and the
 trainer builds no event and no state snapshot for it.
+
+An *observer* (:meth:`EventBus.observe`, or a :class:`Listener` method marked
+:func:`observe`) sees every transition as plain values,
+``(name, trigger, source, count, epoch, global_step, batch_idx)``, before the
+event's handlers. It returns nothing and gets no state, so the trainer builds no
+:class:`Event` for it: recording every transition (``EventTrace``) costs a call.
 """
 
 from __future__ import annotations
@@ -24,9 +30,11 @@ import blinker
 from interlock.core.state import TrainerState
 from interlock.core.updates import SetListenerState, Update, as_updates
 
-__all__ = ["Event", "EventBus", "Handler", "Listener", "Subscription", "listen"]
+__all__ = ["Event", "EventBus", "Handler", "Listener", "Observer", "Subscription", "listen", "observe"]
 
 Handler = Callable[["Event", TrainerState], Any]
+#: ``observer(name, trigger, source, count, epoch, global_step, batch_idx)``: see every transition.
+Observer = Callable[[str, str, str, int, int, int, int], None]
 F = TypeVar("F", bound=Callable[..., Any])
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
@@ -119,6 +127,9 @@ class EventBus:
         self._namespace = blinker.Namespace()
         self.signals: dict[str, blinker.NamedSignal] = {n: self._namespace.signal(n) for n in self.names}
         self._handlers: dict[str, list[Subscription]] = {n: [] for n in self.names}
+        #: The observers' callables, in registration order; the runtime calls them on every transition.
+        self.observers: list[Observer] = []
+        self._observer_sources: list[str] = []
 
     def match(self, pattern: str) -> tuple[str, ...]:
         """Event names the glob ``pattern`` selects; an error when it selects none."""
@@ -170,6 +181,23 @@ class EventBus:
             return register
         register(handler)
         return self._handlers[names[0]][-1]
+
+    def observe(self, observer: Observer, *, source: str | None = None) -> Observer:
+        """Call ``observer(name, trigger, source, count, epoch, global_step, batch_idx)`` on every transition.
+
+        Observers run before the event's handlers, in registration order; what they
+        return is ignored (they watch the run, they do not change it).
+        """
+        if not callable(observer):
+            raise TypeError(f"observer must be callable, got {observer!r}")
+        self.observers.append(observer)
+        name = getattr(observer, "__name__", "observer")
+        self._observer_sources.append(f"{source}.{name}" if source else _describe(observer))
+        return observer
+
+    def observer_sources(self) -> list[str]:
+        """Each observer as ``listener_key.method`` (or the function's name), in call order."""
+        return list(self._observer_sources)
 
     def _remove(self, sub: Subscription) -> None:
         for name in sub.names:
@@ -228,8 +256,14 @@ def listen(pattern: str, *, every: int | None = None, once: bool | int = False) 
     return mark
 
 
+def observe(fn: F) -> F:
+    """Mark a :class:`Listener` method as an observer of every transition (see :meth:`EventBus.observe`)."""
+    fn.__interlock_observe__ = True  # type: ignore[attr-defined]
+    return fn
+
+
 class Listener:
-    """Base class of listeners: handlers declared with :func:`listen`.
+    """Base class of listeners: handlers declared with :func:`listen`, observers with :func:`observe`.
 
     A listener keeps no run state on itself: it reads its stored state with
     :meth:`stored` and returns :meth:`store` updates, so its state lives in the
@@ -254,6 +288,12 @@ class Listener:
             fn = getattr(type(self), name, None)
             for pattern, every, once in getattr(fn, "__interlock_listen__", ()):
                 yield pattern, getattr(self, name), every, once
+
+    def observers(self) -> Iterator[Observer]:
+        """The bound methods marked with :func:`observe`."""
+        for name in dir(type(self)):
+            if getattr(getattr(type(self), name, None), "__interlock_observe__", False):
+                yield getattr(self, name)
 
     def stored(self, state: TrainerState) -> Mapping[str, Any]:
         """The state of this listener, as stored in the trainer state."""

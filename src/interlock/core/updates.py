@@ -65,11 +65,14 @@ class SetListenerState(Update):
 class SaveCheckpoint(Update):
     """Request a checkpoint at the next checkpointable state.
 
-    ``path`` is the file to write; ``tag`` names why (e.g. ``"last"``).
+    ``path`` is the file to write; ``tag`` names why (e.g. ``"last"``). ``replaces``
+    lists files this checkpoint supersedes: they are deleted once it is saved, and
+    kept if the save fails (``ModelCheckpoint`` uses it for files leaving the top k).
     """
 
     path: str
     tag: str = ""
+    replaces: tuple[str, ...] = attrs.field(default=(), converter=tuple)
 
 
 @attrs.frozen

@@ -8,6 +8,7 @@ trainer. Outputs go to ``state.run_dir`` unless a directory is given.
 from __future__ import annotations
 
 from interlock.core.events import Listener
+from interlock.listeners.checkpoint import ModelCheckpoint
 from interlock.listeners.csv_logger import CSVLogger
 from interlock.listeners.early_stopping import EarlyStopping
 from interlock.listeners.guards import FiniteGuard
@@ -23,6 +24,7 @@ __all__ = [
     "EventTrace",
     "FiniteGuard",
     "LearningRateMonitor",
+    "ModelCheckpoint",
     "ProgressBar",
     "TensorBoardLogger",
     "Timer",
@@ -33,15 +35,6 @@ __all__ = [
 def default_listeners() -> list[Listener]:
     """The listeners a Trainer gets when none are passed.
 
-    ``ProgressBar()``, ``CSVLogger()``, ``EventTrace()`` and, last, ``ModelCheckpoint(save_last=True)``
-    (when ``interlock.listeners.checkpoint`` is available).
+    ``ProgressBar()``, ``CSVLogger()``, ``EventTrace()`` and, last, ``ModelCheckpoint(save_last=True)``.
     """
-    listeners: list[Listener] = [ProgressBar(), CSVLogger(), EventTrace()]
-    try:
-        from interlock.listeners.checkpoint import ModelCheckpoint
-    except ModuleNotFoundError as exc:  # not written yet; a broken module still raises
-        if exc.name != "interlock.listeners.checkpoint":
-            raise
-        return listeners
-    listeners.append(ModelCheckpoint(save_last=True))
-    return listeners
+    return [ProgressBar(), CSVLogger(), EventTrace(), ModelCheckpoint(save_last=True)]

@@ -4,8 +4,9 @@ The listener decides; it never writes a checkpoint itself. At a save point it
 returns :class:`~interlock.SaveCheckpoint` updates (the trainer writes the file
 atomically at that checkpointable state) and stores its bookkeeping (the top-k
 paths and scores, the last path, when it last saved) in the trainer state, so a
-resumed run continues it. A file that falls out of the top k is deleted at a
-later event, and only once the file that replaced it exists.
+resumed run continues it. A file that falls out of the top k is named in the
+``replaces`` of the save that pushed it out: the trainer deletes it once that
+checkpoint is in place, and keeps it if the save fails.
 
 Save points:
 
@@ -24,7 +25,6 @@ saves, the other listeners' updates for the event are in the state it saves.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import math
 import os
@@ -139,29 +139,28 @@ class ModelCheckpoint(Listener):
         if self.every_n_epochs:
             yield "fit.train.val.end", self.on_validation_end, None, False
         yield "fit.train.epoch_end", self.on_train_epoch_end, None, False
-        yield "fit.end", self.on_fit_end, None, False
 
     def on_train_batch_end(self, event: Event, state: TrainerState) -> list[Update] | None:
         stored = self.stored(state)
         step = state.global_step
         if step == stored.get("last_step", 0):
-            return self._tidy(state)
+            return None
         if self.every_n_train_steps:
             if step % self.every_n_train_steps == 0:
                 return self._save(state, top_k=True)
-            return self._tidy(state)
+            return None
         last_time = stored.get("last_time")
         now = time.time()
         if last_time is None:  # the clock starts at the first batch of the run
             return [self.store(state, last_time=now)]
         if now - last_time >= (self.train_time_interval or 0.0):
             return self._save(state, top_k=True, last_time=now)
-        return self._tidy(state)
+        return None
 
     def on_validation_end(self, event: Event, state: TrainerState) -> list[Update] | None:
         if self._epoch_due(state) and state.global_step != self.stored(state).get("last_step", 0):
             return self._save(state, top_k=True)
-        return self._tidy(state)
+        return None
 
     def on_train_epoch_end(self, event: Event, state: TrainerState) -> list[Update] | None:
         self._check_monitor(state)
@@ -172,10 +171,7 @@ class ModelCheckpoint(Listener):
         )
         if top_k or self.save_last:
             return self._save(state, top_k=top_k)
-        return self._tidy(state)
-
-    def on_fit_end(self, event: Event, state: TrainerState) -> list[Update] | None:
-        return self._tidy(state)
+        return None
 
     # -- what is stored -------------------------------------------------------------------
     def best_k_models(self, state: TrainerState) -> dict[str, float | None]:
@@ -251,7 +247,7 @@ class ModelCheckpoint(Listener):
         stored = self.stored(state)
         directory = self._directory(state)
         best_k: dict[str, float | None] = dict(stored.get("best_k", {}))
-        added: list[list[str]] = []
+        replaced: list[str] = []
         saves: list[Update] = []
         values: dict[str, Any] = {"last_step": state.global_step, **extra}
         ranked, score = self._score(state) if top_k and self.save_top_k != 0 else (False, None)
@@ -268,20 +264,15 @@ class ModelCheckpoint(Listener):
                 for old in dropped:
                     del best_k[old]
                     if old != path:
-                        added.append([old, path])
+                        replaced.append(old)
                 best_k[path] = score
                 best = path if self.monitor is None else min(best_k, key=lambda p: _rank(best_k[p], self.mode))
                 values.update(best_k=best_k, best=best, best_score=best_k[best])
-                saves.append(SaveCheckpoint(path, tag="top_k"))
+                saves.append(SaveCheckpoint(path, tag="top_k", replaces=tuple(replaced)))
         if self.save_last:
             last = str(directory / f"{self.CHECKPOINT_NAME_LAST}{self.FILE_EXTENSION}")
             values["last"] = last
             saves.append(SaveCheckpoint(last, tag="last"))
-        keep = set(best_k) | {values.get("last", stored.get("last", ""))}
-        earlier = [list(pair) for pair in stored.get("remove", ())]
-        # Files dropped now wait until the next event: their replacements are written after this returns.
-        _remove_replaced(earlier, keep)
-        values["remove"] = added
         return [self.store(state, **values), *saves]
 
     def _free_path(
@@ -294,30 +285,6 @@ class ModelCheckpoint(Listener):
             ver += 1
             path = str(directory / self.format_checkpoint_name(state, ver))
         return path
-
-    def _tidy(self, state: TrainerState) -> list[Update] | None:
-        """Delete the files dropped at the previous save point; ``None`` when there are none."""
-        stored = self.stored(state)
-        pending = stored.get("remove", ())
-        if not pending:
-            return None
-        keep = set(stored.get("best_k", {})) | {stored.get("last", "")}
-        _remove_replaced(pending, keep)
-        return [self.store(state, remove=[])]
-
-
-def _remove_replaced(pending: Any, keep: set[str]) -> None:
-    """Delete each dropped file ``old`` once its replacement ``new`` exists.
-
-    Called at the first event after the save point that dropped them, when the
-    replacement has been written; if it was not (a failed write, or a process
-    that does not write), ``old`` stays. Either way the pair is then forgotten,
-    so the stored state never depends on what is on disk.
-    """
-    for old, new in pending:
-        if old not in keep and os.path.exists(new):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(old)
 
 
 def _validated_in_epoch(state: TrainerState) -> bool:

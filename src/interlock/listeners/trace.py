@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from interlock.core.events import Event, Listener, listen
+from interlock.core.events import Event, Listener, listen, observe
 from interlock.core.state import TrainerState
 from interlock.listeners._util import STAGE_STARTS
 
@@ -24,7 +24,7 @@ TRACE_FILE = "events.jsonl"
 _FLUSH = frozenset({"teardown", "finished", "failed", "interrupted", "fit.train.epoch_end", "fit.train.val.end"})
 #: One line; a buffered row is exactly its arguments: time, the JSON members of
 #: (event, trigger, source), epoch, global_step, batch_idx, count, and the error member or "".
-_LINE = '{"time": %r, %s, "epoch": %s, "global_step": %s, "batch_idx": %s, "count": %s%s}\n'
+_LINE = '{"time": %.6f, %s, "epoch": %s, "global_step": %s, "batch_idx": %s, "count": %s%s}\n'
 Row = tuple[float, str, int, int, int, int, str]
 _now = time.time
 
@@ -35,14 +35,14 @@ class EventTrace(Listener):
     Each line has exactly the keys ``time`` (Unix seconds), ``event`` (the leaf
     entered), ``trigger``, ``source`` (the leaf left), ``epoch``, ``global_step``,
     ``batch_idx`` and ``count``; the ``teardown`` line reached by ``fail`` and the
-    ``failed`` line add ``error`` (``"Type: message"``). Transitions are buffered
-    as tuples and formatted only when written: every ``flush_every`` lines, at
-    ``fit.train.epoch_end`` and ``fit.train.val.end``, and at ``teardown`` /
-    ``finished`` / ``failed`` / ``interrupted``. The per-transition handler takes
-    only the event, so the trainer builds no state snapshot for it; the run
-    directory is read from the state at stage starts and epoch boundaries, and
-    the process rank at stage starts: on ranks other than 0 nothing is written.
-    No file stays open between writes, so the listener pickles at any time.
+    ``failed`` line add ``error`` (``"Type: message"``). Transitions are recorded
+    by an observer (:func:`~interlock.observe`): no event object is built for them.
+    They are buffered as tuples and formatted only when written: every
+    ``flush_every`` lines, at ``fit.train.epoch_end`` and ``fit.train.val.end``,
+    and at ``teardown`` / ``finished`` / ``failed`` / ``interrupted``. The run
+    directory is read from the state at stage starts and epoch boundaries, and the
+    process rank at stage starts: on ranks other than 0 nothing is written. No
+    file stays open between writes, so the listener pickles at any time.
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None, flush_every: int = 256) -> None:
@@ -60,23 +60,20 @@ class EventTrace(Listener):
         """The file being written (None until the run directory is known, and on ranks other than 0)."""
         return None if self._rank_zero is False else self._file
 
-    @listen("*")
-    def on_event(self, event: Event) -> None:
-        name = event.name
-        key = (name, event.trigger, event.source)
+    @observe
+    def record(
+        self, name: str, trigger: str, source: str, count: int, epoch: int, global_step: int, batch_idx: int
+    ) -> None:
+        """Buffer one transition; the lines of the boundaries in ``_FLUSH`` are written by :meth:`on_boundary`."""
+        key = (name, trigger, source)
         try:
             names = self._names[key]
         except KeyError:  # JSON-encode each (event, trigger, source) once
             names = self._names[key] = json.dumps(dict(zip(("event", "trigger", "source"), key, strict=True)))[1:-1]
         rows = self._rows
-        if name not in _FLUSH:
-            rows.append((_now(), names, event.epoch, event.global_step, event.batch_idx, event.count, ""))
-            if len(rows) >= self.flush_every:
-                self.flush()
-            return
-        error = _error(event.payload) if event.trigger == "fail" or name == "failed" else ""
-        rows.append((_now(), names, event.epoch, event.global_step, event.batch_idx, event.count, error))
-        self.flush()
+        rows.append((_now(), names, epoch, global_step, batch_idx, count, ""))
+        if len(rows) >= self.flush_every and name not in _FLUSH:
+            self.flush()
 
     @listen("fit.start")
     @listen("validate.start")
@@ -84,16 +81,29 @@ class EventTrace(Listener):
     @listen("predict.start")
     @listen("fit.train.epoch_start")
     @listen("fit.train.epoch_end")
+    @listen("fit.train.val.end")
     @listen("teardown")
     @listen("finished")
     @listen("failed")
     @listen("interrupted")
     def on_boundary(self, event: Event, state: TrainerState) -> None:
-        """Learn the rank (at stage starts) and the output file from the state, on rare events only."""
-        if event.name in STAGE_STARTS:
+        """Learn the rank (at stage starts) and the output file from the state; write at the boundaries.
+
+        The observer has already buffered this event's line; a failure adds its error to it.
+        """
+        name = event.name
+        if name in STAGE_STARTS:
             self._rank_zero = state.is_global_zero
         if self.path is None and state.run_dir:
             self._file = Path(state.run_dir) / TRACE_FILE
+        if name not in _FLUSH:
+            return
+        rows = self._rows
+        if rows and (event.trigger == "fail" or name == "failed"):
+            error = _error(event.payload)
+            if error:
+                rows[-1] = (*rows[-1][:-1], error)
+        self.flush()
 
     def flush(self) -> None:
         """Append the buffered lines to the file (kept buffered while the file is unknown; dropped off rank 0)."""

@@ -5,6 +5,11 @@ A checkpoint file is ``MAGIC``, one JSON header line, then the payload: the byte
 and its SHA-256, so truncation and corruption are detected before anything is unpickled.
 The payload is always read with ``torch.load(..., weights_only=True)``: the hash catches
 accidents, not attackers, and ``weights_only`` is what keeps a hostile file from running code.
+
+A save writes a temporary file next to the target, fsyncs it, renames it over the target and
+fsyncs the directory, so the target always holds a whole checkpoint. With ``background=True``
+the caller waits only for ``torch.save`` to hand the bytes to the file; one worker thread then
+hashes, fsyncs and renames them into place, in the order the saves were made.
 """
 
 from __future__ import annotations
@@ -21,7 +26,6 @@ import os
 import pickle
 import re
 import secrets
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -104,10 +108,33 @@ def _hint(obj: Any) -> str:
 
 
 class TorchCheckpointIO:
-    """Reads and writes interlock checkpoint files; saves are atomic and loads never execute code."""
+    """Reads and writes interlock checkpoint files; saves are atomic and loads never execute code.
+
+    Args:
+        background: return from :meth:`save_checkpoint` once the payload is written to the
+            temporary file, and make it durable (hash, fsync, rename, directory fsync) in a
+            worker thread. The target keeps its previous contents until then; :meth:`wait`
+            blocks until every save is in place. Loads, removals and the next save's error
+            check wait too, so this object never reads a checkpoint it is still writing.
+    """
+
+    def __init__(self, background: bool = False) -> None:
+        self.background = background
+        self._worker: ThreadPoolExecutor | None = None
+        self._pending: list[tuple[Path, Future[None]]] = []
+
+    def __getstate__(self) -> dict[str, Any]:
+        self.wait()
+        return {"background": self.background}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(**state)  # type: ignore[misc]
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike[str]) -> None:
-        """Atomically write ``checkpoint`` to ``path``; on any failure the old file (if any) is untouched."""
+        """Atomically write ``checkpoint`` to ``path``; on any failure the old file (if any) is untouched.
+
+        In background mode a failure of an earlier save is raised here (or by :meth:`wait`).
+        """
         target = _as_path(path)
         if type(checkpoint) not in _MAPPINGS:
             raise CheckpointError(
@@ -116,11 +143,49 @@ class TorchCheckpointIO:
         if target.is_dir():
             raise CheckpointError(f"cannot save checkpoint to {target}: it is a directory; pass a file path")
         check_serializable(checkpoint)
-        _atomic_write(target, lambda fd: _write_checkpoint(checkpoint, fd, target))
+        self._raise_failed()
+        worker = self._pool()
+        tmp, fd = _open_temp(target)
+        try:
+            sink = _write_payload(checkpoint, fd, target, worker)
+        except BaseException as exc:
+            _discard(tmp, fd)
+            if isinstance(exc, OSError):
+                raise _write_error(target, exc) from exc
+            raise
+        if not self.background:
+            _finish(sink, tmp, fd, target)
+            return
+        self._pending.append((target, worker.submit(_finish, sink, tmp, fd, target)))
+
+    def wait(self) -> None:
+        """Block until every background save is in place; raise :class:`CheckpointError` for the first that failed."""
+        pending, self._pending = self._pending, []
+        first: BaseException | None = None
+        for _, job in pending:
+            try:
+                job.result()
+            except BaseException as exc:
+                first = first or exc
+        if first is not None:
+            raise first
+
+    def _raise_failed(self) -> None:
+        """Raise the error of a finished background save that failed (the rest stay pending)."""
+        if any(job.done() and job.exception() is not None for _, job in self._pending):
+            self.wait()
+        self._pending = [(t, job) for t, job in self._pending if not job.done()]
+
+    def _pool(self) -> ThreadPoolExecutor:
+        """The one worker thread: hash ranges, then finishing and removals, in submission order."""
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="interlock-ckpt")
+        return self._worker
 
     def load_checkpoint(self, path: str | os.PathLike[str], map_location: Any = "cpu") -> dict[str, Any]:
         """Verify and load the checkpoint at ``path`` with ``weights_only=True``."""
         target = _as_path(path)
+        self.wait()
         with _open_for_read(target) as f:
             header = _read_header(f, target)
             _check_length(target, header, f)
@@ -148,27 +213,55 @@ class TorchCheckpointIO:
     def read_header(self, path: str | os.PathLike[str]) -> dict[str, Any]:
         """Return the validated header (format, version, sha256, payload_bytes, created) without unpickling."""
         target = _as_path(path)
+        self.wait()
         with _open_for_read(target) as f:
             header = _read_header(f, target)
             _check_length(target, header, f)
         return header
 
-    def remove_checkpoint(self, path: str | os.PathLike[str]) -> None:
-        """Delete the checkpoint at ``path``; a missing file is fine, a file that is not a checkpoint is refused."""
+    def remove_checkpoint(
+        self, path: str | os.PathLike[str], replaced_by: str | os.PathLike[str] | None = None
+    ) -> None:
+        """Delete the checkpoint at ``path``; a missing file is fine, a file that is not a checkpoint is refused.
+
+        With ``replaced_by``, delete it only once that checkpoint is saved: in background mode
+        the removal waits in the worker behind the pending saves, and is skipped when the save
+        of ``replaced_by`` failed or its file is not there.
+        """
         target = _as_path(path)
-        if not target.exists():
+        if replaced_by is None:
+            self.wait()
+            _remove(target)
             return
-        with _open_for_read(target) as f:
-            head = f.read(len(MAGIC))
-        if head != MAGIC:
-            raise CheckpointError(f"refusing to remove {target}: {_not_ours(head)}")
-        try:
-            target.unlink()
-        except FileNotFoundError:
+        after = _as_path(replaced_by)
+        saves = [job for t, job in self._pending if t == after]
+        if not self._pending:
+            if after.exists():
+                _remove(target)
             return
-        except OSError as exc:
-            raise CheckpointError(f"cannot remove checkpoint {target}: {exc.strerror}") from exc
-        _fsync_dir(target.parent)
+        self._pending.append((target, self._pool().submit(_remove_after, target, after, saves)))
+
+
+def _remove(target: Path) -> None:
+    if not target.exists():
+        return
+    with _open_for_read(target) as f:
+        head = f.read(len(MAGIC))
+    if head != MAGIC:
+        raise CheckpointError(f"refusing to remove {target}: {_not_ours(head)}")
+    try:
+        target.unlink()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise CheckpointError(f"cannot remove checkpoint {target}: {exc.strerror}") from exc
+    _fsync_dir(target.parent)
+
+
+def _remove_after(target: Path, after: Path, saves: list[Future[None]]) -> None:
+    """In the worker: remove ``target`` if the saves of ``after`` (done by now: they were queued first) worked."""
+    if all(job.exception() is None for job in saves) and after.exists():
+        _remove(target)
 
 
 def _as_path(path: str | os.PathLike[str]) -> Path:
@@ -212,11 +305,18 @@ class _HashingSink:
             self._small.clear()
 
     def hexdigest(self) -> str:
-        self.flush()
-        self._hand_over()
+        """The SHA-256 of everything written; everything must have been handed over already."""
+        if self._small or self._written > self._hashed:
+            raise RuntimeError("hexdigest() before the last bytes were handed to the hash worker")
         for job in self._jobs:
             job.result()
         return self._sha.hexdigest()
+
+    def settle(self) -> None:
+        """Wait until the worker no longer reads the file (after a failed write)."""
+        for job in self._jobs:
+            with contextlib.suppress(BaseException):
+                job.result()
 
     def _write(self, data: bytes | bytearray | memoryview) -> None:
         try:
@@ -225,9 +325,10 @@ class _HashingSink:
             self.error = exc
             raise
         if self._written - self._hashed >= _HASH_STEP:
-            self._hand_over()
+            self.hand_over()
 
-    def _hand_over(self) -> None:
+    def hand_over(self) -> None:
+        """Queue the bytes written since the last hand-over for hashing."""
         if self._written > self._hashed:
             self._jobs.append(self.pool.submit(self._hash_range, self._hashed, self._written))
             self._hashed = self._written
@@ -244,31 +345,66 @@ class _HashingSink:
             self._sha.update(part)
 
 
-def _write_checkpoint(checkpoint: dict[str, Any], fd: int, target: Path) -> None:
-    """Write MAGIC, a header placeholder and the payload to ``fd``, then fill in the header."""
+def _write_payload(checkpoint: dict[str, Any], fd: int, target: Path, worker: ThreadPoolExecutor) -> _HashingSink:
+    """Write MAGIC, a header placeholder and the payload to ``fd``; the worker hashes it as it goes."""
     _write_all(fd, MAGIC + b" " * (_HEADER_SLOT - 1) + b"\n")
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="interlock-ckpt-hash") as pool:
-        sink = _HashingSink(fd, pool)
-        try:
-            torch.save(checkpoint, sink)
-        except Exception as exc:
-            if sink.error is not None:  # torch reports a failed write as an unrelated RuntimeError
-                raise sink.error from None
-            raise CheckpointError(f"cannot serialize checkpoint for {target}: {exc}") from exc
-        digest = sink.hexdigest()
-    header = {
-        "format": FORMAT_NAME,
-        "version": FORMAT_VERSION,
-        "sha256": digest,
-        "payload_bytes": sink.nbytes,
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds"),
-    }
-    line = json.dumps(header, sort_keys=True).encode("ascii")
-    if len(line) >= _HEADER_SLOT:  # cannot happen with the fields above; guards future edits
-        raise CheckpointError(f"checkpoint header for {target} is {len(line)} bytes, over the {_HEADER_SLOT} reserved")
-    # Padded with spaces (JSON whitespace) to the reserved slot, so the payload never moves.
-    os.lseek(fd, len(MAGIC), os.SEEK_SET)
-    _write_all(fd, line.ljust(_HEADER_SLOT - 1) + b"\n")
+    sink = _HashingSink(fd, worker)
+    try:
+        torch.save(checkpoint, sink)
+        sink.flush()
+        sink.hand_over()
+    except Exception as exc:
+        sink.settle()  # the worker must be done with fd before the caller closes it
+        if sink.error is not None:  # torch reports a failed write as an unrelated RuntimeError
+            raise sink.error from None
+        if isinstance(exc, OSError):
+            raise
+        raise CheckpointError(f"cannot serialize checkpoint for {target}: {exc}") from exc
+    return sink
+
+
+def _finish(sink: _HashingSink, tmp: Path, fd: int, target: Path) -> None:
+    """Fill in the header, fsync, close, rename over ``target``, fsync the directory; on failure remove ``tmp``."""
+    try:
+        header = {
+            "format": FORMAT_NAME,
+            "version": FORMAT_VERSION,
+            "sha256": sink.hexdigest(),
+            "payload_bytes": sink.nbytes,
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds"),
+        }
+        line = json.dumps(header, sort_keys=True).encode("ascii")
+        if len(line) >= _HEADER_SLOT:  # cannot happen with the fields above; guards future edits
+            raise CheckpointError(
+                f"checkpoint header for {target} is {len(line)} bytes, over the {_HEADER_SLOT} reserved"
+            )
+        # Padded with spaces (JSON whitespace) to the reserved slot, so the payload never moves.
+        os.pwrite(fd, line.ljust(_HEADER_SLOT - 1) + b"\n", len(MAGIC))
+        os.fsync(fd)
+        os.close(fd)
+        fd = -1
+        os.replace(tmp, target)
+    except BaseException as exc:
+        _discard(tmp, fd)
+        if isinstance(exc, OSError):
+            raise _write_error(target, exc) from exc
+        raise
+    _fsync_dir(target.parent)
+
+
+def _write_error(target: Path, exc: OSError) -> CheckpointError:
+    return CheckpointError(
+        f"cannot write checkpoint {target}: {exc.strerror or exc}; any previous file there is unchanged"
+    )
+
+
+def _discard(tmp: Path, fd: int) -> None:
+    """Close ``fd`` (unless -1) and delete the temporary file."""
+    if fd >= 0:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
 
 
 def _write_all(fd: int, data: bytes | bytearray | memoryview) -> int:
@@ -280,8 +416,8 @@ def _write_all(fd: int, data: bytes | bytearray | memoryview) -> int:
     return done
 
 
-def _atomic_write(target: Path, write: Callable[[int], None]) -> None:
-    """Run ``write`` on a temp file descriptor next to ``target``, fsync it and rename it over ``target``."""
+def _open_temp(target: Path) -> tuple[Path, int]:
+    """Create a fresh temporary file next to ``target``; return its path and descriptor."""
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -289,25 +425,9 @@ def _atomic_write(target: Path, write: Callable[[int], None]) -> None:
     tmp = target.parent / f".{target.name[:180]}.{secrets.token_hex(6)}.tmp"
     flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
     try:
-        fd = os.open(tmp, flags, 0o666)
+        return tmp, os.open(tmp, flags, 0o666)
     except OSError as exc:
         raise CheckpointError(f"cannot write checkpoint {target}: {exc.strerror}") from exc
-    try:
-        try:
-            write(fd)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, target)
-    except BaseException as exc:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        if isinstance(exc, OSError):
-            raise CheckpointError(
-                f"cannot write checkpoint {target}: {exc.strerror or exc}; any previous file there is unchanged"
-            ) from exc
-        raise
-    _fsync_dir(target.parent)
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -1,8 +1,9 @@
 """The one writer of the trainer state: steps the chart, emits, applies updates.
 
 Hot path: :meth:`Runtime.fire` looks the trigger up in the compiled table (one
-dict lookup), bumps the counters the transition implies, and emits the event's
-blinker signal only if it has a receiver. No event object and no state snapshot
+dict lookup), bumps the counters the transition implies, calls the bus's
+observers with plain values, and emits the event's blinker signal only if it has
+a receiver. No event object and no state snapshot
 is built for an event nobody listens to. The frozen :class:`TrainerState` is
 folded from the last applied state plus the live counters when someone asks.
 """
@@ -50,9 +51,10 @@ class Runtime:
             for src, row in chart.table.items()
         }
         self._checkpointable = chart.checkpoint_states
+        self._observers = bus.observers  # the bus's own list: observers added later are seen
         self._pending_saves: list[SaveCheckpoint] = []
         self.effects: dict[type, Callable[[Any], None]] = {}
-        self.save_checkpoint: Callable[[str, TrainerState], None] | None = None
+        self.save_checkpoint: Callable[[SaveCheckpoint, TrainerState, bool], None] | None = None
         self.metric_mode: Callable[[str], str] = lambda name: "min"
         self.trace: list[tuple[str, str, str]] | None = None
         if state is not None:
@@ -97,6 +99,10 @@ class Runtime:
         self._snapshot = None
         if self.trace is not None:
             self.trace.append((source, trigger, dest))
+        if self._observers:
+            c = self.counters
+            for observe in self._observers:
+                observe(dest, trigger, source, count, c.epoch, c.global_step, c.batch_idx)
         if signal.receivers:
             c = self.counters
             event = Event(dest, trigger, source, count, c.epoch, c.global_step, c.batch_idx, payload)
@@ -166,9 +172,9 @@ class Runtime:
             return
         done: set[str] = set()
         for save in saves:
-            if save.path not in done:
-                done.add(save.path)
-                self.save_checkpoint(save.path, self.state)
+            first = save.path not in done
+            done.add(save.path)
+            self.save_checkpoint(save, self.state, first)
 
     def log(self, metrics: Mapping[str, float], **history: Any) -> None:
         """Record metrics (and a history row, when ``history`` is given)."""

@@ -67,7 +67,7 @@ class Session:
     root: Path
     run_dir: Path
     seed: int | None
-    checkpoint_io: TorchCheckpointIO = attrs.field(factory=TorchCheckpointIO)
+    checkpoint_io: TorchCheckpointIO = attrs.field(factory=lambda: TorchCheckpointIO(background=True))
     preempt_signals: tuple[int, ...] = attrs.field(factory=preemption_signals)
     _loaders: dict[str, Iterable[Any] | None] = attrs.field(factory=dict, init=False)
 
@@ -120,7 +120,19 @@ class Session:
         )
         self.runtime.apply(RestoreState(restored))
 
-    def save(self, path: str, state: TrainerState, ctx: RunContext) -> None:
+    def save(self, request: SaveCheckpoint, state: TrainerState, ctx: RunContext, write: bool = True) -> None:
+        """Write ``request.path`` (unless ``write`` is False: written at this point already).
+
+        Then delete the files it replaces, once it is in place.
+        """
+        strategy = self.hardware.strategy
+        if write:
+            self._write(request.path, state, ctx)
+        if strategy.is_global_zero:
+            for old in request.replaces:
+                self.checkpoint_io.remove_checkpoint(old, replaced_by=request.path)
+
+    def _write(self, path: str, state: TrainerState, ctx: RunContext) -> None:
         train = ctx.data.get("train")
         if train is not None and train.last_outputs is not None:  # the epoch's train metrics, if resumed mid-way
             state = attrs.evolve(state, data={**state.data, "last_train": scalars(train.last_outputs, "train")})
@@ -148,7 +160,7 @@ class Session:
             ),
             source="preemption",
         )
-        self.runtime.save_checkpoint = lambda path, state: self.save(path, state, ctx)
+        self.runtime.save_checkpoint = lambda request, state, write: self.save(request, state, ctx, write)
         self.runtime.metric_mode = module.mode_of
         loaded: dict[str, Any] = {}
 
@@ -199,12 +211,15 @@ class Session:
         return run_stage(self.runtime, stage, setup, body, lambda: self._teardown(ctx, None))
 
     def _teardown(self, ctx: RunContext, flag: PreemptionFlag | None) -> None:
-        if flag is not None:
-            flag.uninstall()
-        self.runtime.save_checkpoint = None
-        self.runtime.effects.clear()
-        self.hardware.strategy.teardown()
-        self.hardware.accelerator.teardown()
+        try:
+            self.checkpoint_io.wait()  # every checkpoint of the run is in place (or its error raised) here
+        finally:
+            if flag is not None:
+                flag.uninstall()
+            self.runtime.save_checkpoint = None
+            self.runtime.effects.clear()
+            self.hardware.strategy.teardown()
+            self.hardware.accelerator.teardown()
 
 
 def _require(module: Module, methods: list[str]) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 from interlock.connectors.hardware import resolve_hardware
 from interlock.core.chart import Chart, load_chart
 from interlock.core.config import TrainerConfig
-from interlock.core.events import EventBus, Handler, Listener, order_listeners
+from interlock.core.events import EventBus, Handler, Listener, Observer, order_listeners
 from interlock.core.module import Module
 from interlock.core.state import TrainerState
 from interlock.loops import TRIGGERS
@@ -113,6 +113,8 @@ class Trainer:
         for listener in self.listeners:
             for pattern, fn, every, once in listener.subscriptions():
                 self.bus.on(pattern, fn, every=every, once=once, source=listener.key)
+            for observer in listener.observers():
+                self.bus.observe(observer, source=listener.key)
         self._run_dir: Path | None = None
 
     # -- events and state -------------------------------------------------------------
@@ -121,6 +123,10 @@ class Trainer:
     ) -> Any:
         """Call ``handler(event, state)`` on events matching the glob ``pattern``; a decorator without ``handler``."""
         return self.bus.on(pattern, handler, every=every, once=once)
+
+    def observe(self, observer: Observer) -> Observer:
+        """Call ``observer(name, trigger, source, count, epoch, global_step, batch_idx)`` on every transition."""
+        return self.bus.observe(observer)
 
     @property
     def state(self) -> TrainerState:
