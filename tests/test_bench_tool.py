@@ -42,6 +42,12 @@ def test_bench_quick_json_shape() -> None:
             assert _finite(row[key]), (name, key, row[key])
     assert variants["plain"]["overhead_us_per_step"] == 0.0
     assert variants["plain"]["ratio"] == 1.0
+    assert variants["plain"]["paired_overhead_us_per_step"] == 0.0
+    bare = variants["interlock_bare"]
+    assert bare["verdict"] in ("PASS", "MISS") and bare["target_us"] == report["targets"]["interlock_bare_us"]
+    scale = variants["plain"]["us_per_step"] / 139.0  # targets are scaled with this machine's plain loop
+    assert bare["target_us_here"] == pytest.approx(bare["target_us"] * scale)
+    assert bare["overhead_at_reference_us"] == pytest.approx(bare["paired_overhead_us_per_step"] / scale)
     ignite = variants["ignite"]  # measured when installed, reported unavailable otherwise
     assert "unavailable" in ignite or _finite(ignite["us_per_step"])
 

@@ -128,9 +128,13 @@ def test_trace_has_one_line_per_transition_and_reads_back(tmp_path: Path, digits
 
 
 def test_trace_flushes_every_n_lines_and_at_epoch_and_validation_ends(tmp_path: Path, digits: DigitsData) -> None:
-    """At each epoch or validation end the file holds every transition so far; between them it grows by flush_every."""
+    """At each epoch or validation end the file holds every transition so far; between them it grows by flush_every.
+
+    The file stays open during the run, and a copy pickled mid-run writes to the same file."""
+    trace = EventTrace(flush_every=7)
+    copies: list[EventTrace] = []
     trainer = Trainer(
-        listeners=[EventTrace(flush_every=7)],
+        listeners=[trace],
         default_root_dir=tmp_path,
         accelerator="cpu",
         max_epochs=2,
@@ -143,6 +147,8 @@ def test_trace_flushes_every_n_lines_and_at_epoch_and_validation_ends(tmp_path: 
         file = Path(state.run_dir) / "events.jsonl"
         lines = len(file.read_text().splitlines()) if file.exists() else 0
         seen.append((event.name, lines, sum(state.counts.values())))
+        if event.name == "fit.train.epoch_end" and not copies:
+            copies.append(pickle.loads(pickle.dumps(trace)))
 
     trainer.on("fit.*", look)
     trainer.fit(DigitsClassifier(), digits.train_dataloader(), digits.val_dataloader())
@@ -155,6 +161,11 @@ def test_trace_flushes_every_n_lines_and_at_epoch_and_validation_ends(tmp_path: 
             assert (lines - boundary) % 7 == 0 and 0 <= total - lines < 7
     assert [name for name, _, _ in seen].count("fit.train.val.end") == 2
     assert read_trace(trainer.state.run_dir).events == sum(trainer.state.counts.values())
+    copy = copies[0]
+    copy.record("teardown", "end", "fit.end", 1, 0, 0, 0)
+    copy.flush()
+    copy.close()
+    assert json.loads(copy.file.read_text().splitlines()[-1])["source"] == "fit.end"
 
 
 def test_trace_records_through_an_observer_and_handles_only_boundaries(tmp_path: Path) -> None:

@@ -39,12 +39,19 @@ STEP_VARIANTS = ("plain", "interlock_bare", "interlock_default", "lightning", "l
 NEEDS = {"lightning": "pytorch_lightning", "lightning_default": "pytorch_lightning", "ignite": "ignite"}
 
 TARGETS = {
+    # per-step overhead over the plain loop, in µs, stated for a machine where the plain loop takes
+    # REFERENCE_PLAIN_US; on a slower or faster machine the bench scales them with the plain loop
+    "interlock_bare_us": 10.0,
+    "interlock_default_us": 25.0,
     "ddp_ratio": 1.10,
     "ckpt_ratio": 1.2,
     "resume_ratio": 2.0,
     "peak_rss_over_mb": 30.0,
     "rss_growth_mb": 5.0,
 }
+
+#: The plain loop's µs/step on the machine the step targets were set on (the issue's measurement).
+REFERENCE_PLAIN_US = 139.0
 
 #: Sizes of every section: the full run, and ``--quick`` (the smoke test).
 SIZES: dict[str, dict[str, Any]] = {
@@ -150,6 +157,33 @@ def median_of(runs: Sequence[dict[str, Any]], key: str) -> float | None:
     return statistics.median(values) if values else None
 
 
+def step_verdict(overhead: float | None, plain: float | None, target: float) -> dict[str, Any]:
+    """Judge a per-step overhead against ``target`` µs, both scaled to this machine's plain loop.
+
+    The target was set where the plain loop took ``REFERENCE_PLAIN_US``; the same Python work takes
+    proportionally longer on a slower machine, so the target is scaled by ``plain / REFERENCE_PLAIN_US``.
+    """
+    if overhead is None or not plain:
+        return {"target_us": target, "verdict": "n/a"}
+    scale = plain / REFERENCE_PLAIN_US
+    return {
+        "target_us": target,
+        "target_us_here": target * scale,
+        "overhead_at_reference_us": overhead / scale,
+        "verdict": verdict(overhead, target * scale),
+    }
+
+
+def paired_median(runs: Sequence[dict[str, Any]], base: Sequence[dict[str, Any]], key: str) -> float | None:
+    """The median over rounds of ``run - base`` (runs of one round are neighbours in time, so drift cancels)."""
+    diffs = [
+        float(a[key]) - float(b[key])
+        for a, b in zip(runs, base, strict=False)
+        if key in a and key in b and math.isfinite(float(a[key])) and math.isfinite(float(b[key]))
+    ]
+    return statistics.median(diffs) if diffs else None
+
+
 def first_error(runs: Sequence[dict[str, Any]]) -> str | None:
     return next((r["error"] for r in runs if "error" in r), None)
 
@@ -172,22 +206,33 @@ def section_steps(
     runner.log(f"[steps] {', '.join(variants)}: {repeats} rounds (+{warmup} warm-up), one process per run")
     runs = interleave(runner, specs, repeats, warmup)
     plain = median_of(runs.get("plain", []), "us_per_step")
+    plain_cpu = median_of(runs.get("plain", []), "cpu_us_per_step")
     plain_fit = median_of(runs.get("plain", []), "fit_us_per_step")
     table: dict[str, Any] = {}
     for name, rs in runs.items():
         us = median_of(rs, "us_per_step")
+        cpu = median_of(rs, "cpu_us_per_step")
         fit = median_of(rs, "fit_us_per_step")
         row: dict[str, Any] = {
             "us_per_step": us,
             "overhead_us_per_step": None if us is None or plain is None else us - plain,
             "ratio": None if us is None or not plain else us / plain,
+            "paired_overhead_us_per_step": paired_median(rs, runs.get("plain", []), "us_per_step"),
+            "cpu_us_per_step": cpu,
+            "cpu_overhead_us_per_step": None if cpu is None or plain_cpu is None else cpu - plain_cpu,
+            "paired_cpu_overhead_us_per_step": paired_median(rs, runs.get("plain", []), "cpu_us_per_step"),
             "min_us_per_step": min((r["us_per_step"] for r in rs if "us_per_step" in r), default=None),
             "startup_ms": median_of(rs, "startup_ms"),
             "fit_us_per_step": fit,
             "fit_overhead_us_per_step": None if fit is None or plain_fit is None else fit - plain_fit,
             "peak_rss_mb": median_of(rs, "peak_rss_mb"),
             "samples_us_per_step": [r.get("us_per_step") for r in rs],
+            "samples_cpu_us_per_step": [r.get("cpu_us_per_step") for r in rs],
+            "gc_ms": median_of(rs, "gc_ms"),
         }
+        target = TARGETS.get(f"{name}_us")
+        if target is not None:
+            row.update(step_verdict(row["paired_overhead_us_per_step"], plain, target))
         error = first_error(rs)
         if error is not None:
             row["error"] = error
@@ -395,16 +440,28 @@ def render(report: dict[str, Any]) -> str:
             f"steps: {steps['steps_per_run']} SGD steps per run (MLP 32-32-2, {steps['samples']:,} samples, "
             f"batch {steps['batch']}, 1 thread), median of {report['config']['repeats']} interleaved runs"
         )
-        head = f"{'variant':<19} {'us/step':>9} {'overhead':>9} {'ratio':>7} {'startup ms':>11} {'peak RSS MB':>12}"
+        head = (
+            f"{'variant':<19} {'us/step':>9} {'overhead':>9} {'paired':>8} {'ratio':>7} {'startup ms':>11} "
+            f"{'peak RSS MB':>12}  target"
+        )
         lines.append(head)
         lines.append("-" * len(head))
         for name, row in report["variants"].items():
             if "unavailable" in row:
                 lines.append(f"{name:<19} unavailable ({row['unavailable']})")
                 continue
+            target = ""
+            if "target_us_here" in row:
+                target = (
+                    f"  paired <= +{row['target_us_here']:.1f} (+{row['target_us']:.0f} at a "
+                    f"{REFERENCE_PLAIN_US:.0f} us plain step; here {row['overhead_at_reference_us']:+.1f}) "
+                    f"{row['verdict']}"
+                )
             lines.append(
                 f"{name:<19} {_num(row['us_per_step']):>9} {_num(row['overhead_us_per_step'], '{:+.1f}'):>9} "
+                f"{_num(row.get('paired_overhead_us_per_step'), '{:+.1f}'):>8} "
                 f"{_num(row['ratio'], '{:.2f}x'):>7} {_num(row['startup_ms']):>11} {_num(row['peak_rss_mb']):>12}"
+                + target
                 + (f"  ERROR {row['error']}" if "error" in row else "")
             )
     ddp = report.get("ddp")

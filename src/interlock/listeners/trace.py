@@ -10,7 +10,7 @@ import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from interlock.core.events import Event, Listener, listen, observe
 from interlock.core.state import TrainerState
@@ -21,7 +21,8 @@ __all__ = ["TRACE_FILE", "EventTrace"]
 TRACE_FILE = "events.jsonl"
 #: Events after which the buffered lines are written: the end of a run, and the
 #: boundaries where a run in progress is most often read (epoch and validation ends).
-_FLUSH = frozenset({"teardown", "finished", "failed", "interrupted", "fit.train.epoch_end", "fit.train.val.end"})
+_ENDS = frozenset({"finished", "failed", "interrupted"})
+_FLUSH = frozenset({"teardown", "fit.train.epoch_end", "fit.train.val.end", *_ENDS})
 #: One line; a buffered row is exactly its arguments: time, the JSON members of
 #: (event, trigger, source), epoch, global_step, batch_idx, count, and the error member or "".
 _LINE = '{"time": %.6f, %s, "epoch": %s, "global_step": %s, "batch_idx": %s, "count": %s%s}\n'
@@ -41,8 +42,9 @@ class EventTrace(Listener):
     ``flush_every`` lines, at ``fit.train.epoch_end`` and ``fit.train.val.end``,
     and at ``teardown`` / ``finished`` / ``failed`` / ``interrupted``. The run
     directory is read from the state at stage starts and epoch boundaries, and the
-    process rank at stage starts: on ranks other than 0 nothing is written. No
-    file stays open between writes, so the listener pickles at any time.
+    process rank at stage starts: on ranks other than 0 nothing is written. The
+    file stays open from the first write to the end of the run; a pickled copy
+    leaves it behind and reopens it.
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None, flush_every: int = 256) -> None:
@@ -54,6 +56,7 @@ class EventTrace(Listener):
         self._rows: list[Row] = []
         self._names: dict[tuple[str, str, str], str] = {}
         self._rank_zero: bool | None = None  # this process's rank is 0 (None: not known yet)
+        self._out: TextIO | None = None  # the open file, between writes of one run
 
     @property
     def file(self) -> Path | None:
@@ -104,6 +107,8 @@ class EventTrace(Listener):
             if error:
                 rows[-1] = (*rows[-1][:-1], error)
         self.flush()
+        if name in _ENDS:
+            self.close()
 
     def flush(self) -> None:
         """Append the buffered lines to the file (kept buffered while the file is unknown; dropped off rank 0)."""
@@ -116,15 +121,26 @@ class EventTrace(Listener):
         file = self._file
         if file is None:
             return
-        text = "".join([_LINE % row for row in rows])
-        try:
-            fh = file.open("a", encoding="utf-8")
-        except FileNotFoundError:  # the first write: make the directory
+        fh = self._out
+        if fh is None or fh.name != str(file):
+            self.close()
             file.parent.mkdir(parents=True, exist_ok=True)
-            fh = file.open("a", encoding="utf-8")
-        with fh:
-            fh.write(text)
+            fh = self._out = open(file, "a", encoding="utf-8")  # noqa: SIM115 - kept open between writes
+        fh.write("".join([_LINE % row for row in rows]))
+        fh.flush()
         rows.clear()
+
+    def close(self) -> None:
+        """Close the file (the next write reopens it)."""
+        if self._out is not None:
+            self._out.close()
+            self._out = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_out": None}
+
+    def __del__(self) -> None:
+        self.close()
 
 
 def _error(payload: Mapping[str, Any]) -> str:
