@@ -294,3 +294,34 @@ def test_setup_rejects_non_device_types(bad):
     """setup() needs a device type string such as 'cpu'."""
     with pytest.raises(ValueError, match="device_type="):
         precision_plugin("16-mixed").setup(bad)
+
+
+@pytest.mark.parametrize("flag", ALL_FLAGS)
+def test_only_32_true_is_plain(flag):
+    """`is_plain` (the fit loop calls backward and step itself) holds for 32-true alone."""
+    assert Precision(flag).is_plain is (flag == "32-true")
+
+
+def test_a_subclass_that_overrides_a_step_method_is_not_plain_and_is_used_by_fit(tmp_path):
+    """A Precision subclass overriding backward or optimizer_step is called by the fit loop for every batch."""
+    import interlock
+    from conftest import TinyModule, loader
+
+    calls = []
+
+    class Counting(Precision):
+        def backward(self, loss, **kwargs):
+            calls.append("backward")
+            super().backward(loss, **kwargs)
+
+        def optimizer_step(self, optimizer, closure=None):
+            calls.append("step")
+            return super().optimizer_step(optimizer, closure)
+
+    plugin = Counting("32-true")
+    assert not plugin.is_plain
+    trainer = interlock.Trainer(
+        max_epochs=1, listeners=[], precision=plugin, accelerator="cpu", default_root_dir=tmp_path
+    )
+    trainer.fit(TinyModule(), loader(64, 8))
+    assert calls == ["backward", "step"] * 8

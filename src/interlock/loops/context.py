@@ -33,7 +33,7 @@ class RunContext:
     config: TrainerConfig
     precision: Any
     device: torch.device = attrs.field(factory=lambda: torch.device("cpu"))
-    move: Callable[[Any], Any] = lambda batch: batch
+    move: Callable[[Any], Any] | None = None  # to the device; None: batches stay where they are
     steps: dict[str, Callable[..., Any]] = attrs.field(factory=dict)
     optimizers: list[torch.optim.Optimizer] = attrs.field(factory=list)
     schedulers: list[Scheduler] = attrs.field(factory=list)

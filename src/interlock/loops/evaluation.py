@@ -89,7 +89,7 @@ def run_eval(drv: Driver, ctx: RunContext, loop: str) -> dict[str, float]:
                 except StopIteration:
                     finish()
                     break
-                batch = precision.convert_input(move(batch))
+                batch = precision.convert_input(batch if move is None else move(batch))
                 idx = drv.counters.eval_batch_idx
                 fire("fetched", {"batch": batch, "batch_idx": idx})
                 with precision.autocast(ctx.device.type):

@@ -162,7 +162,7 @@ def _after_batch(drv: Driver, ctx: RunContext, epoch: _Epoch) -> None:
         raise Preempted(flag.received if flag is not None and flag.received is not None else int(signal.SIGTERM))
     counters, max_steps = drv.counters, ctx.config.max_steps
     over = epoch.limit is not None and counters.batch_idx >= epoch.limit
-    if _val_due(drv, ctx, epoch, at_epoch_end=over):
+    if epoch.validates and _val_due(drv, ctx, epoch, at_epoch_end=over):
         drv.fire("validate")
     elif over or stop or (max_steps != -1 and counters.global_step >= max_steps):
         _end_epoch(drv, ctx, epoch)
@@ -171,12 +171,17 @@ def _after_batch(drv: Driver, ctx: RunContext, epoch: _Epoch) -> None:
 
 
 def _batches(drv: Driver, ctx: RunContext, epoch: _Epoch) -> None:
-    """The hot path: run training batches from ``batch.fetch`` until the region is left."""
+    """The hot path: run training batches from ``batch.fetch`` until the region is left.
+
+    With a plain precision (``Precision.is_plain``), no gradient clipping and no device move,
+    a batch costs the plain loop's calls plus the five transitions and this function's bookkeeping.
+    """
     fire, counters, cfg = drv.fire, drv.counters, ctx.config
     module, precision, move = ctx.module, ctx.precision, ctx.move
     training_step = ctx.step("training_step")
     accumulate = cfg.accumulate_grad_batches
     clip, clip_by_norm = cfg.gradient_clip_val, cfg.gradient_clip_algorithm == "norm"
+    plain = precision.is_plain and clip is None
     device_type = ctx.device.type
     it, limit = epoch.it, epoch.limit
     first_of_epoch = counters.batch_idx == 0
@@ -195,26 +200,33 @@ def _batches(drv: Driver, ctx: RunContext, epoch: _Epoch) -> None:
         if first_of_epoch:
             first_of_epoch = False
             drv.evolve(data={"seed": epoch.data.seed, "epoch": counters.epoch})
-        batch = precision.convert_input(move(batch))
+        if move is not None:
+            batch = move(batch)
         batch_idx = counters.batch_idx
-        fire("fetched", {"batch": batch, "batch_idx": batch_idx})
-        with precision.autocast(device_type):
+        if plain:
+            fire("fetched", {"batch": batch, "batch_idx": batch_idx})
             outputs = training_step(batch, batch_idx)
-        loss = loss_of(outputs)
+        else:
+            batch = precision.convert_input(batch)
+            fire("fetched", {"batch": batch, "batch_idx": batch_idx})
+            with precision.autocast(device_type):
+                outputs = training_step(batch, batch_idx)
+        loss = outputs if type(outputs) is torch.Tensor else loss_of(outputs)
         epoch.data.last_outputs = outputs
         fire("backward", {"outputs": outputs, "batch_idx": batch_idx})
-        precision.backward(loss / accumulate if accumulate > 1 else loss)
+        if accumulate > 1:
+            loss = loss / accumulate
+        if plain:
+            loss.backward()
+        else:
+            precision.backward(loss)
         if (batch_idx + 1) % accumulate == 0 or (limit is not None and batch_idx + 1 >= limit):
             fire("optimizer_step", lambda o=outputs, i=batch_idx: {"outputs": o, "batch_idx": i, "lr": _lrs(ctx)})
             for optimizer in ctx.optimizers:
-                if clip is not None:
-                    precision.unscale_gradients(optimizer)
-                    params = [p for group in optimizer.param_groups for p in group["params"]]
-                    if clip_by_norm:
-                        torch.nn.utils.clip_grad_norm_(params, clip)
-                    else:
-                        torch.nn.utils.clip_grad_value_(params, clip)
-                precision.optimizer_step(optimizer)
+                if plain:
+                    optimizer.step()
+                else:
+                    _clip_and_step(precision, optimizer, clip, clip_by_norm)
                 optimizer.zero_grad(set_to_none=True)
             if ctx.schedulers:
                 step_schedulers(ctx.schedulers, "step", counters.global_step + 1, drv.state.metrics)
@@ -224,6 +236,18 @@ def _batches(drv: Driver, ctx: RunContext, epoch: _Epoch) -> None:
         _after_batch(drv, ctx, epoch)
         if drv.at != "fit.train.batch.fetch":
             return
+
+
+def _clip_and_step(precision: Any, optimizer: torch.optim.Optimizer, clip: float | None, by_norm: bool) -> None:
+    """Unscale and clip the gradients (when ``clip``), then step through the precision plugin."""
+    if clip is not None:
+        precision.unscale_gradients(optimizer)
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        if by_norm:
+            torch.nn.utils.clip_grad_norm_(params, clip)
+        else:
+            torch.nn.utils.clip_grad_value_(params, clip)
+    precision.optimizer_step(optimizer)
 
 
 def _end_epoch(drv: Driver, ctx: RunContext, epoch: _Epoch, via: str = "epoch_end") -> None:

@@ -114,6 +114,20 @@ class Precision:
         return self.flag == "16-mixed"
 
     @property
+    def is_plain(self) -> bool:
+        """Whether this precision leaves the training step alone: inputs as given, no autocast, no loss scaling.
+
+        The fit loop then calls ``loss.backward()`` and ``optimizer.step()`` itself. False for a subclass that
+        overrides any of the methods involved.
+        """
+        cls = type(self)
+        untouched = all(
+            getattr(cls, name) is getattr(Precision, name)
+            for name in ("convert_input", "autocast", "backward", "optimizer_step", "uses_scaler")
+        )
+        return untouched and self.compute_dtype is None and self.param_dtype is torch.float32 and not self.uses_scaler
+
+    @property
     def scaler(self) -> torch.amp.GradScaler | None:
         """The gradient scaler, once created; ``None`` for flags without one."""
         return self._scaler
