@@ -304,6 +304,41 @@ def run_steps(spec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def run_steps_same_process(spec: dict[str, Any]) -> dict[str, Any]:
+    """Several variants in one process, fresh objects (model, loader, trainer) for every run.
+
+    Each variant first runs once unmeasured; then ``runs`` rounds run every variant, in an order
+    rotated by ``shift`` plus the round. Differences between variants measured in one process are
+    free of the process-to-process spread (memory layout), which is larger than a few µs a step.
+    """
+    torch.set_num_threads(spec.get("threads", 1))
+    variants, batch = list(spec["variants"]), spec["batch"]
+    for variant in variants:
+        warm_up(variant)
+    ds = make_dataset(spec["samples"])
+    max_steps = math.ceil(spec["samples"] / batch)
+
+    def once(variant: str) -> float:
+        clock = StepClock()
+        with quiet():
+            if variant == "plain":
+                _plain(ds, batch, clock, max_steps, _no_probe)
+            elif variant in ("interlock_bare", "interlock_default"):
+                _interlock(ds, batch, clock, max_steps, _no_probe, None, default=variant == "interlock_default")
+            else:
+                raise ValueError(f"variant {variant!r} is not measured in one process")
+        return clock.summary(0.0, 0.0)["us_per_step"]
+
+    for variant in variants:
+        once(variant)
+    results: dict[str, list[float]] = {v: [] for v in variants}
+    for rnd in range(spec["runs"]):
+        shift = (spec.get("shift", 0) + rnd) % len(variants)
+        for variant in variants[shift:] + variants[:shift]:
+            results[variant].append(once(variant))
+    return {"us_per_step": results}
+
+
 # -- ddp: 2 ranks on CPU (gloo) ---------------------------------------------------------
 def _ddp_write(path: str, clock: StepClock) -> None:
     Path(path).write_text(json.dumps({"first": clock.first, "last": clock.last, "count": clock.count}))
@@ -548,6 +583,7 @@ def run_resume(spec: dict[str, Any]) -> dict[str, Any]:
 
 TASKS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "steps": run_steps,
+    "steps_same_process": run_steps_same_process,
     "ddp": run_ddp,
     "ckpt": run_ckpt,
     "resume_prepare": run_resume_prepare,

@@ -67,6 +67,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "growth_every": 10_000,
         "repeats": 5,
         "warmup": 1,
+        "same_process_runs": 2,
     },
     "quick": {
         "steps_samples": 200,
@@ -80,6 +81,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "growth_every": 100,
         "repeats": 1,
         "warmup": 0,
+        "same_process_runs": 1,
     },
 }
 
@@ -157,6 +159,37 @@ def median_of(runs: Sequence[dict[str, Any]], key: str) -> float | None:
     return statistics.median(values) if values else None
 
 
+#: Variants that can share a process (no third-party framework imported).
+SAME_PROCESS = ("plain", "interlock_bare", "interlock_default")
+
+
+def steps_same_process(
+    runner: Runner, size: dict[str, Any], variants: Sequence[str], processes: int
+) -> dict[str, dict[str, Any]]:
+    """Per variant: the median over ``processes`` worker processes of its overhead over ``plain`` measured
+    inside one process (each process runs every variant ``size['same_process_runs']`` times, fresh objects)."""
+    if "plain" not in variants or len(variants) < 2:
+        return {}
+    runner.log(
+        f"[steps] the same variants in one process, fresh objects per run: {processes} processes x "
+        f"{size['same_process_runs']} rounds"
+    )
+    base = {"task": "steps_same_process", "samples": size["steps_samples"], "batch": size["batch"], "threads": 1}
+    per_process: dict[str, list[float]] = {v: [] for v in variants if v != "plain"}
+    for index in range(processes):
+        result = runner.run({**base, "variants": list(variants), "runs": size["same_process_runs"], "shift": index})
+        times = result.get("us_per_step")
+        if not times:
+            continue
+        plain = statistics.median(times["plain"])
+        for variant, diffs in per_process.items():
+            diffs.append(statistics.median(times[variant]) - plain)
+    return {
+        v: {"overhead": statistics.median(diffs) if diffs else None, "samples": diffs}
+        for v, diffs in per_process.items()
+    }
+
+
 def step_verdict(overhead: float | None, plain: float | None, target: float) -> dict[str, Any]:
     """Judge a per-step overhead against ``target`` µs, both scaled to this machine's plain loop.
 
@@ -205,6 +238,7 @@ def section_steps(
     specs = {v: {**base, "variant": v} for v in variants}
     runner.log(f"[steps] {', '.join(variants)}: {repeats} rounds (+{warmup} warm-up), one process per run")
     runs = interleave(runner, specs, repeats, warmup)
+    same_process = steps_same_process(runner, size, [v for v in variants if v in SAME_PROCESS], repeats)
     plain = median_of(runs.get("plain", []), "us_per_step")
     plain_cpu = median_of(runs.get("plain", []), "cpu_us_per_step")
     plain_fit = median_of(runs.get("plain", []), "fit_us_per_step")
@@ -230,9 +264,15 @@ def section_steps(
             "samples_cpu_us_per_step": [r.get("cpu_us_per_step") for r in rs],
             "gc_ms": median_of(rs, "gc_ms"),
         }
+        same = same_process.get(name)
+        if same is not None:
+            row["same_process_overhead_us_per_step"] = same["overhead"]
+            row["same_process_samples"] = same["samples"]
         target = TARGETS.get(f"{name}_us")
         if target is not None:
-            row.update(step_verdict(row["paired_overhead_us_per_step"], plain, target))
+            judged = row.get("same_process_overhead_us_per_step", row["paired_overhead_us_per_step"])
+            row.update(step_verdict(judged, plain, target))
+            row["raw_verdict"] = verdict(judged, target)
         error = first_error(rs)
         if error is not None:
             row["error"] = error
@@ -451,11 +491,12 @@ def render(report: dict[str, Any]) -> str:
                 lines.append(f"{name:<19} unavailable ({row['unavailable']})")
                 continue
             target = ""
+            if "same_process_overhead_us_per_step" in row:
+                target += f"  same process {row['same_process_overhead_us_per_step']:+.1f}"
             if "target_us_here" in row:
-                target = (
-                    f"  paired <= +{row['target_us_here']:.1f} (+{row['target_us']:.0f} at a "
-                    f"{REFERENCE_PLAIN_US:.0f} us plain step; here {row['overhead_at_reference_us']:+.1f}) "
-                    f"{row['verdict']}"
+                target += (
+                    f"; target +{row['target_us']:.0f} {row['raw_verdict']}, scaled to this plain loop "
+                    f"+{row['target_us_here']:.1f} {row['verdict']}"
                 )
             lines.append(
                 f"{name:<19} {_num(row['us_per_step']):>9} {_num(row['overhead_us_per_step'], '{:+.1f}'):>9} "
