@@ -115,7 +115,7 @@ def test_validation_metric_is_the_mean_over_ranks(ddp_run: Any) -> None:
 def test_stop_on_one_rank_stops_every_rank_at_the_same_step(ddp_run: Any) -> None:
     """A Stop returned on rank 1 only at step 3 ends both ranks at the same later step, without a hang.
 
-    Ranks vote without blocking every 8 batches (read one batch later), or agree at an epoch end.
+    Ranks vote without blocking (first 8 batches in, read one batch later), or agree at an epoch end.
     """
     _, results, _ = ddp_run
     steps = {r["stop"]["global_step"] for r in results}

@@ -24,6 +24,7 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -79,35 +80,61 @@ def collectives(
 
 
 class AsyncVote:
-    """A non-blocking vote across ranks on ``(stop, preempt)``, one collective every ``every`` batches.
+    """A non-blocking vote across ranks on ``(stop, preempt)``, one small collective every few batches.
 
-    At a batch end whose index is a multiple of ``every`` each rank starts an
-    all-reduce (MAX) of its flags; at the next batch end it reads the agreed
-    result, which has had a whole training step to arrive. Every rank gets the
-    same answer at the same batch, so all stop together, at most ``every`` batches
-    after the request; no rank blocks on a collective, and the per-step cost is
-    one small all-reduce every ``every`` steps.
+    At a vote batch each rank starts an all-reduce (MAX) of its flags and of its mean
+    batch time since the previous vote; at the next batch end it reads the agreed
+    result, which has had a whole training step to arrive. Every rank gets the same
+    answer at the same batch, so all stop together, and no rank blocks on a collective.
+
+    The first vote is ``every`` batches in. After each vote all ranks take the same
+    next interval from the agreed (slowest) batch time: about ``latency`` seconds of
+    batches, at least 1 and at most ``max_every``. A request therefore acts within
+    about ``latency`` seconds plus one batch, and fast steps pay for one all-reduce
+    every ``max_every`` batches.
     """
 
-    def __init__(self, device: torch.device, every: int = 8) -> None:
-        self.device, self.every = device, every
-        self._pending: tuple[Any, torch.Tensor] | None = None
+    def __init__(self, device: torch.device, every: int = 8, latency: float = 0.5, max_every: int = 256) -> None:
+        if every < 1 or max_every < every or latency <= 0:
+            raise ValueError(
+                f"AsyncVote(every={every}, max_every={max_every}, latency={latency}): "
+                "need 1 <= every <= max_every and latency > 0 seconds"
+            )
+        self.device, self.every, self.latency, self.max_every = device, every, latency, max_every
+        self._next: int | None = None  # the batch of the next vote
+        self._last: tuple[int, float] | None = None  # batch and clock of the latest vote
+        self._pending: tuple[Any, torch.Tensor, int] | None = None
 
     def __call__(self, batch: int, stop: bool, preempt: bool) -> tuple[bool, bool]:
         agreed = self.drain()
-        if batch % self.every == 0:
-            flags = torch.tensor([int(stop), int(preempt)], dtype=torch.int32, device=self.device)
-            self._pending = (dist.all_reduce(flags, op=dist.ReduceOp.MAX, async_op=True), flags)
+        if self._next is None:
+            self._next = batch + self.every
+        if batch >= self._next:
+            now = time.perf_counter()
+            per_batch_us = 0
+            if self._last is not None:
+                per_batch_us = int((now - self._last[1]) / max(batch - self._last[0], 1) * 1e6)
+            self._last = (batch, now)
+            flags = torch.tensor([int(stop), int(preempt), per_batch_us], dtype=torch.int64, device=self.device)
+            self._pending = (dist.all_reduce(flags, op=dist.ReduceOp.MAX, async_op=True), flags, batch)
+            self._next = batch + self.max_every  # replaced by the agreed interval when the vote is read
         return agreed
+
+    def interval(self, per_batch_us: int) -> int:
+        """Batches between votes for a (slowest-rank) batch time; 0 means not measured yet."""
+        if per_batch_us <= 0:
+            return self.every
+        return max(1, min(self.max_every, int(self.latency * 1e6 / per_batch_us)))
 
     def drain(self) -> tuple[bool, bool]:
         """Wait for the vote in flight (if any) and return its result."""
         if self._pending is None:
             return False, False
-        work, flags = self._pending
+        work, flags, started = self._pending
         self._pending = None
         work.wait()
-        stop, preempt = flags.tolist()
+        stop, preempt, per_batch_us = flags.tolist()
+        self._next = started + self.interval(per_batch_us)
         return bool(stop), bool(preempt)
 
 
