@@ -131,7 +131,7 @@ def test_trace_flushes_every_n_lines_and_at_epoch_and_validation_ends(tmp_path: 
     """At each epoch or validation end the file holds every transition so far; between them it grows by flush_every.
 
     The file stays open during the run, and a copy pickled mid-run writes to the same file."""
-    trace = EventTrace(flush_every=7)
+    trace = EventTrace(flush_every=7, flush_seconds=None)
     copies: list[EventTrace] = []
     trainer = Trainer(
         listeners=[trace],
@@ -166,6 +166,33 @@ def test_trace_flushes_every_n_lines_and_at_epoch_and_validation_ends(tmp_path: 
     copy.flush()
     copy.close()
     assert json.loads(copy.file.read_text().splitlines()[-1])["source"] == "fit.end"
+
+
+def test_trace_writes_at_least_once_per_flush_seconds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a clock advancing 0.3 s per transition and flush_seconds=1, the file catches up every fourth line."""
+    from interlock.listeners import trace as trace_module
+
+    clock = [0.0]
+    monkeypatch.setattr(trace_module, "_now", lambda: clock[0])
+    trace = EventTrace(path=tmp_path / "t.jsonl", flush_every=10**6, flush_seconds=1.0)
+    on_disk: list[int] = []
+    for i in range(10):
+        clock[0] = i * 0.3
+        trace.record("fit.train.batch.end", "next", "fit.train.batch.fetch", i, 0, i, i)
+        on_disk.append(len((tmp_path / "t.jsonl").read_text().splitlines()))
+    assert on_disk == [1, 1, 1, 1, 5, 5, 5, 5, 9, 9]
+    trace.flush()
+    trace.close()
+    assert [json.loads(line)["time"] for line in (tmp_path / "t.jsonl").read_text().splitlines()] == [
+        pytest.approx(i * 0.3) for i in range(10)
+    ]
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, True, "1"])
+def test_trace_refuses_a_bad_flush_interval(bad: Any) -> None:
+    """flush_seconds must be None or a positive number of seconds; the error names the value."""
+    with pytest.raises(ValueError, match=rf"flush_seconds={bad!r}\) must be None"):
+        EventTrace(flush_seconds=bad)
 
 
 def test_trace_records_through_an_observer_and_handles_only_boundaries(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Mapping
@@ -38,20 +39,32 @@ class EventTrace(Listener):
     ``batch_idx`` and ``count``; the ``teardown`` line reached by ``fail`` and the
     ``failed`` line add ``error`` (``"Type: message"``). Transitions are recorded
     by an observer (:func:`~interlock.observe`): no event object is built for them.
-    They are buffered as tuples and formatted only when written: every
-    ``flush_every`` lines, at ``fit.train.epoch_end`` and ``fit.train.val.end``,
-    and at ``teardown`` / ``finished`` / ``failed`` / ``interrupted``. The run
+    They are buffered as tuples and formatted only when written: once
+    ``flush_seconds`` have passed since the last write or ``flush_every`` lines
+    are waiting (whichever comes first), at ``fit.train.epoch_end`` and
+    ``fit.train.val.end``, and at ``teardown`` / ``finished`` / ``failed`` /
+    ``interrupted``. A process killed outright loses at most the last
+    ``flush_seconds`` (or ``flush_every`` lines) of transitions. The run
     directory is read from the state at stage starts and epoch boundaries, and the
     process rank at stage starts: on ranks other than 0 nothing is written. The
     file stays open from the first write to the end of the run; a pickled copy
     leaves it behind and reopens it.
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, flush_every: int = 256) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str] | None = None, flush_every: int = 4096, flush_seconds: float | None = 1.0
+    ) -> None:
         if not isinstance(flush_every, int) or isinstance(flush_every, bool) or flush_every < 1:
             raise ValueError(f"EventTrace(flush_every={flush_every!r}) must be an int >= 1 (lines per write)")
+        bad = isinstance(flush_seconds, bool) or not isinstance(flush_seconds, int | float) or not flush_seconds > 0
+        if flush_seconds is not None and bad:
+            raise ValueError(
+                f"EventTrace(flush_seconds={flush_seconds!r}) must be None (by line count only) or seconds > 0"
+            )
         self.path = Path(path) if path is not None else None
         self.flush_every = flush_every
+        self.flush_seconds = flush_seconds
+        self._due = 0.0  # the time of the next write (it waits for flush_every lines when flush_seconds is None)
         self._file: Path | None = self.path
         self._rows: list[Row] = []
         self._names: dict[tuple[str, str, str], str] = {}
@@ -73,9 +86,9 @@ class EventTrace(Listener):
             names = self._names[key]
         except KeyError:  # JSON-encode each (event, trigger, source) once
             names = self._names[key] = json.dumps(dict(zip(("event", "trigger", "source"), key, strict=True)))[1:-1]
-        rows = self._rows
-        rows.append((_now(), names, epoch, global_step, batch_idx, count, ""))
-        if len(rows) >= self.flush_every and name not in _FLUSH:
+        rows, now = self._rows, _now()
+        rows.append((now, names, epoch, global_step, batch_idx, count, ""))
+        if (len(rows) >= self.flush_every or now >= self._due) and name not in _FLUSH:
             self.flush()
 
     @listen("fit.start")
@@ -112,6 +125,7 @@ class EventTrace(Listener):
 
     def flush(self) -> None:
         """Append the buffered lines to the file (kept buffered while the file is unknown; dropped off rank 0)."""
+        self._due = math.inf if self.flush_seconds is None else _now() + self.flush_seconds
         rows = self._rows
         if not rows:
             return
@@ -132,8 +146,9 @@ class EventTrace(Listener):
 
     def close(self) -> None:
         """Close the file (the next write reopens it)."""
-        if self._out is not None:
-            self._out.close()
+        out = getattr(self, "_out", None)  # absent when __init__ refused its arguments
+        if out is not None:
+            out.close()
             self._out = None
 
     def __getstate__(self) -> dict[str, Any]:
