@@ -216,3 +216,26 @@ def test_default_listeners_end_with_a_model_checkpoint() -> None:
     """The default listeners save last.ckpt, and ModelCheckpoint comes last so it saves what the others updated."""
     last = default_listeners()[-1]
     assert isinstance(last, ModelCheckpoint) and last.save_last
+
+
+def test_requests_for_one_file_write_it_once_and_remove_all_it_replaces(tmp_path: Path, monkeypatch: Any) -> None:
+    """Two SaveCheckpoint requests for one path at one point write it once; the files each one replaces go."""
+    old_a, old_b, new = tmp_path / "a.ckpt", tmp_path / "b.ckpt", tmp_path / "new.ckpt"
+    for path in (old_a, old_b):
+        TorchCheckpointIO().save_checkpoint({"old": 1}, path)
+    writes: list[str] = []
+    real = TorchCheckpointIO.save_checkpoint
+
+    def counting(self: TorchCheckpointIO, checkpoint: dict[str, Any], path: Any) -> None:
+        writes.append(Path(path).name)
+        real(self, checkpoint, path)
+
+    monkeypatch.setattr(TorchCheckpointIO, "save_checkpoint", counting)
+    trainer = interlock.Trainer(max_epochs=1, listeners=[], default_root_dir=tmp_path)
+    trainer.on(
+        "fit.train.epoch_end",
+        lambda e: [SaveCheckpoint(str(new), replaces=(str(old_a),)), SaveCheckpoint(str(new), replaces=(str(old_b),))],
+    )
+    trainer.fit(TinyModule(), loader(64, 8))
+    assert writes == ["new.ckpt"]
+    assert files(tmp_path) == ["new.ckpt"]

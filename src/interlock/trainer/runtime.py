@@ -3,9 +3,9 @@
 Hot path: :meth:`Runtime.fire` looks the trigger up in the compiled table (one
 dict lookup), bumps the counters the transition implies, calls the bus's
 observers with plain values, and emits the event's blinker signal only if it has
-a receiver. No event object and no state snapshot
-is built for an event nobody listens to. The frozen :class:`TrainerState` is
-folded from the last applied state plus the live counters when someone asks.
+a receiver. No event object and no state snapshot is built for an event nobody
+listens to. The frozen :class:`TrainerState` is folded from the last applied
+state plus the live counters when someone asks.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class Runtime:
         self._observers = bus.observers  # the bus's own list: observers added later are seen
         self._pending_saves: list[SaveCheckpoint] = []
         self.effects: dict[type, Callable[[Any], None]] = {}
-        self.save_checkpoint: Callable[[SaveCheckpoint, TrainerState, bool], None] | None = None
+        self.save_checkpoint: Callable[[SaveCheckpoint, TrainerState], None] | None = None
         self.metric_mode: Callable[[str], str] = lambda name: "min"
         self.trace: list[tuple[str, str, str]] | None = None
         if state is not None:
@@ -126,6 +126,8 @@ class Runtime:
             self._apply_state(merged)
         for effect in merged.effects:
             self._apply_effect(effect)
+        if self._pending_saves and self._at in self._checkpointable:
+            self._flush_saves()
 
     def _apply_state(self, merged: Merged) -> None:
         state = reduce(self.state, merged)
@@ -153,10 +155,8 @@ class Runtime:
             self._at = state.chart
 
     def _apply_effect(self, effect: Update) -> None:
-        if isinstance(effect, SaveCheckpoint):
+        if isinstance(effect, SaveCheckpoint):  # written once the other effects are applied, at a checkpoint state
             self._pending_saves.append(effect)
-            if self._at in self._checkpointable:
-                self._flush_saves()
             return
         handler = self.effects.get(type(effect))
         if handler is None:
@@ -170,11 +170,12 @@ class Runtime:
         saves, self._pending_saves = self._pending_saves, []
         if self.save_checkpoint is None or self._base.stage != "fit":
             return
-        done: set[str] = set()
+        by_path: dict[str, SaveCheckpoint] = {}  # one write per file; the files it replaces, from every request
         for save in saves:
-            first = save.path not in done
-            done.add(save.path)
-            self.save_checkpoint(save, self.state, first)
+            seen = by_path.get(save.path)
+            by_path[save.path] = save if seen is None else attrs.evolve(seen, replaces=seen.replaces + save.replaces)
+        for save in by_path.values():
+            self.save_checkpoint(save, self.state)
 
     def log(self, metrics: Mapping[str, float], **history: Any) -> None:
         """Record metrics (and a history row, when ``history`` is given)."""

@@ -120,15 +120,10 @@ class Session:
         )
         self.runtime.apply(RestoreState(restored))
 
-    def save(self, request: SaveCheckpoint, state: TrainerState, ctx: RunContext, write: bool = True) -> None:
-        """Write ``request.path`` (unless ``write`` is False: written at this point already).
-
-        Then delete the files it replaces, once it is in place.
-        """
-        strategy = self.hardware.strategy
-        if write:
-            self._write(request.path, state, ctx)
-        if strategy.is_global_zero:
+    def save(self, request: SaveCheckpoint, state: TrainerState, ctx: RunContext) -> None:
+        """Write ``request.path``, then delete the files it replaces once it is in place."""
+        self._write(request.path, state, ctx)
+        if self.hardware.strategy.is_global_zero:
             for old in request.replaces:
                 self.checkpoint_io.remove_checkpoint(old, replaced_by=request.path)
 
@@ -160,7 +155,7 @@ class Session:
             ),
             source="preemption",
         )
-        self.runtime.save_checkpoint = lambda request, state, write: self.save(request, state, ctx, write)
+        self.runtime.save_checkpoint = lambda request, state: self.save(request, state, ctx)
         self.runtime.metric_mode = module.mode_of
         loaded: dict[str, Any] = {}
 
