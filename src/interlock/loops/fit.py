@@ -202,16 +202,16 @@ def _batches(drv: Driver, ctx: RunContext, epoch: _Epoch) -> None:
             drv.evolve(data={"seed": epoch.data.seed, "epoch": counters.epoch})
         if move is not None:
             batch = move(batch)
+        if not plain:
+            batch = precision.convert_input(batch)
         batch_idx = counters.batch_idx
+        fire("fetched", {"batch": batch, "batch_idx": batch_idx})
         if plain:
-            fire("fetched", {"batch": batch, "batch_idx": batch_idx})
             outputs = training_step(batch, batch_idx)
         else:
-            batch = precision.convert_input(batch)
-            fire("fetched", {"batch": batch, "batch_idx": batch_idx})
             with precision.autocast(device_type):
                 outputs = training_step(batch, batch_idx)
-        loss = outputs if type(outputs) is torch.Tensor else loss_of(outputs)
+        loss = loss_of(outputs)
         epoch.data.last_outputs = outputs
         fire("backward", {"outputs": outputs, "batch_idx": batch_idx})
         if accumulate > 1:

@@ -235,11 +235,10 @@ class TorchCheckpointIO:
             return
         after = _as_path(replaced_by)
         saves = [job for t, job in self._pending if t == after]
-        if not self._pending:
-            if after.exists():
-                _remove(target)
-            return
-        self._pending.append((target, self._pool().submit(_remove_after, target, after, saves)))
+        if self._pending:
+            self._pending.append((target, self._pool().submit(_remove_after, target, after, saves)))
+        else:
+            _remove_after(target, after, saves)
 
 
 def _remove(target: Path) -> None:
