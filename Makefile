@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint imports pytest docs charts bench clean venv
+.PHONY: demo test lint imports typecheck pytest docs charts bench clean venv
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -20,7 +20,7 @@ demo: $(STAMP)
 	$(BIN)/interlock fit
 
 test: $(STAMP)
-	$(MAKE) lint imports pytest docs
+	$(MAKE) lint imports typecheck pytest docs
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests tools
@@ -28,6 +28,9 @@ lint: $(STAMP)
 
 imports: $(STAMP)
 	$(BIN)/lint-imports
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
 
 pytest: $(STAMP)
 	$(BIN)/python -m pytest tests

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -15,7 +17,21 @@ from interlock.core.chart import Transition
 
 CHART = interlock.load_chart()
 ALL = set(CHART.transitions())
-STAGE_OF = {"fit": "fit", "validate": "validate", "test": "test", "predict": "predict", "setup": "fit"}
+STAGE_OF = {
+    "fit": "fit",
+    "validate": "validate",
+    "test": "test",
+    "predict": "predict",
+    "setup": "fit",
+    "teardown": "fit",
+}
+
+
+def record(trainer: interlock.Trainer) -> list[tuple[str, str, str]]:
+    """Every transition the trainer takes, as ``(source, trigger, dest)``, through an observer."""
+    trace: list[tuple[str, str, str]] = []
+    trainer.observe(lambda name, trigger, source, *_: trace.append((source, trigger, name)))
+    return trace
 
 
 class Stream(IterableDataset):  # type: ignore[type-arg]
@@ -35,7 +51,7 @@ def run(
     train = flags.pop("_train", None)
     other = flags.pop("_other", None)
     trainer = interlock.Trainer(**flags)
-    trainer.runtime.trace = []
+    trace = record(trainer)
     setup(trainer)
     module = TinyModule()
     try:
@@ -45,9 +61,9 @@ def run(
             trainer.predict(module, loader(16, 8) if other is None else other)
         else:
             getattr(trainer, stage)(module, loader(16, 8) if other is None else other)
-    except (RuntimeError, KeyboardInterrupt):
+    except (RuntimeError, KeyboardInterrupt, interlock.Preempted):
         pass
-    taken = {Transition(*t) for t in trainer.runtime.trace}
+    taken = {Transition(*t) for t in trace}
     assert taken <= ALL, taken - ALL
     return taken
 
@@ -57,6 +73,10 @@ def raiser(exc: BaseException) -> Callable[[Any], None]:
         raise exc
 
     return handler
+
+
+def sigterm(event: Any) -> None:
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def test_every_chart_transition_is_exercised(tmp_path: Any) -> None:
@@ -78,17 +98,20 @@ def test_every_chart_transition_is_exercised(tmp_path: Any) -> None:
         taken |= run(lambda t: None, stage, tmp=tmp_path, _other=stream)
     taken |= run(lambda t: None, tmp=tmp_path, _train=stream)  # exhausted at fetch -> validate
     taken |= run(lambda t: None, tmp=tmp_path, _train=stream, check_val_every_n_epoch=None, val_check_interval=100)
+    # a preemption signal at a training batch end, a validation batch and an epoch end saves and stops there
+    for when in ("fit.train.batch.end", "fit.train.val.batch.step", "fit.train.epoch_end"):
+        taken |= run(lambda t, when=when: t.on(when, sigterm, once=True), tmp=tmp_path)
     for leaf in CHART.leaves:
         top = leaf.split(".")[0]
         if top not in STAGE_OF:
             continue
-        stage = "fit" if top == "setup" else top
+        stage = STAGE_OF[top]
         for exc in (RuntimeError("boom"), KeyboardInterrupt()):
             taken |= run(lambda t, leaf=leaf, exc=exc: t.on(leaf, raiser(exc), once=True), stage, tmp=tmp_path)
     # rerunning a trainer after each final state leaves it through `setup`
     for end in ("finished", "failed", "interrupted"):
         trainer = interlock.Trainer(listeners=[], default_root_dir=tmp_path)
-        trainer.runtime.trace = []
+        trace = record(trainer)
         if end != "finished":
             trainer.on("validate.start", raiser(RuntimeError() if end == "failed" else KeyboardInterrupt()), once=True)
         for _ in range(2):
@@ -96,7 +119,7 @@ def test_every_chart_transition_is_exercised(tmp_path: Any) -> None:
                 trainer.validate(TinyModule(), loader(16, 8))
             except (RuntimeError, KeyboardInterrupt):
                 pass
-        taken |= {Transition(*t) for t in trainer.runtime.trace}
+        taken |= {Transition(*t) for t in trace}
     missing = sorted(ALL - taken, key=lambda t: (t.source, t.trigger))
     assert not missing, "\n".join(f"{t.source} -{t.trigger}-> {t.dest}" for t in missing)
 

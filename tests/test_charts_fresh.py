@@ -24,3 +24,14 @@ def test_committed_svg_was_drawn_from_the_current_chart() -> None:
     stamp = re.search(rf"{SOURCE_STAMP}: ([0-9a-f]{{64}})", svg)
     assert stamp, "statecharts/trainer.svg has no source stamp: run `make charts`"
     assert stamp.group(1) == source_digest(to_dot(load_chart())), "statecharts/trainer.svg is stale: run `make charts`"
+
+
+def test_committed_mermaid_shows_every_guard_and_action() -> None:
+    """The committed drawing is the program: every guard and action the chart uses is on it."""
+    chart = load_chart()
+    text = (CHARTS / "trainer.mmd").read_text()
+    assert chart.guards() and chart.actions()
+    for guard in sorted(chart.guards()):
+        assert f"[{guard}]" in text, f"guard {guard} is not on statecharts/trainer.mmd"
+    for action in sorted(chart.actions()):  # dotted names: no state id contains one
+        assert re.search(rf"\b{re.escape(action)}\b", text), f"action {action} is not on statecharts/trainer.mmd"

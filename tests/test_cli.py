@@ -15,8 +15,11 @@ from typing import Any
 import pytest
 import yaml
 
-from interlock.cli.commands import resume_command
+from interlock.cli.commands import chart as chart_command
+from interlock.cli.commands import chart_actions, resume_command
+from interlock.cli.config import build_parser
 from interlock.cli.main import main
+from interlock.core.chart import load_chart
 
 PLUGINS = '''
 import os
@@ -342,7 +345,7 @@ def test_chart_text_formats_trace_and_errors(
     assert main(["chart", "--trace", str(tmp_path)]) == 0
     assert "no events yet" in capsys.readouterr().out
     assert main(["chart", "--chart", str(tmp_path / "missing.yaml")]) == 2
-    assert "cannot read chart" in capsys.readouterr().err
+    assert "cannot read the chart" in capsys.readouterr().err
     (tmp_path / "bad.yaml").write_text("initial: nowhere\nstates: {}\n", encoding="utf-8")
     assert main(["chart", "--chart", str(tmp_path / "bad.yaml")]) == 2
     assert "invalid statechart" in capsys.readouterr().err
@@ -368,3 +371,63 @@ def test_chart_binary_formats_need_a_file_or_a_pipe(
         check=False,
     )
     assert done.returncode == 0 and done.stdout.startswith(b"\x89PNG")
+
+
+CUSTOM_CHART = """\
+initial: work
+states:
+  work:
+    on: {fail: done, interrupt: done}
+    entry: [data.fetch, my.action]
+    always:
+      - {trigger: go, guard: my.guard, target: done}
+      - {trigger: stop, target: done}
+  done: {final: true}
+"""
+
+
+def _row(text: str, name: str) -> str:
+    return next(line for line in text.splitlines() if line[4:].split(" ", 1)[0] == name)
+
+
+def test_chart_actions_lists_owners_docs_and_what_the_chart_uses(tmp_path: Path) -> None:
+    """The action/guard listing: owner module and one-line doc per name, `*` on those the chart uses."""
+    chart = load_chart()
+    text = chart_actions(chart)
+    fetch = _row(text, "data.fetch")
+    assert fetch.startswith("  * ") and "interlock.connectors.data" in fetch and "training batch" in fetch
+    val_due = _row(text, "schedule.val_due")
+    assert val_due.startswith("  * ") and "interlock.loops.schedule" in val_due and "Validation is due" in val_due
+    assert _row(text, "stage.is_predict").startswith("    stage.is_predict ")  # registered, not used by the chart
+    for name in chart.actions() | chart.guards():
+        assert _row(text, name).startswith("  * "), name
+    assert text.index("\nguards: ") > text.index("  * data.fetch ")  # actions first, then guards
+    assert "nothing registered" not in text
+    custom = tmp_path / "custom.yaml"
+    custom.write_text(CUSTOM_CHART, encoding="utf-8")
+    text = chart_actions(load_chart(custom))
+    assert _row(text, "data.fetch").startswith("  * ") and _row(text, "optim.step").startswith("    ")
+    assert f"actions used by {custom} that nothing registered: my.action" in text
+    assert f"guards used by {custom} that nothing registered: my.guard" in text
+
+
+def test_chart_command_prints_the_actions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`interlock chart --actions` prints the listing instead of a drawing (to -o when given)."""
+    parser = build_parser()
+    cfg = parser.parse_args(["chart"])
+    if "actions" in cfg.chart:  # the flag is declared by the chart subcommand's parser
+        assert cfg.chart.actions is False
+        assert main(["chart", "--actions"]) == 0
+        assert capsys.readouterr().out == chart_actions(load_chart())
+    cfg.chart.actions = True
+    assert chart_command(parser, cfg, ["chart", "--actions"]) == 0
+    out = capsys.readouterr().out
+    assert out == chart_actions(load_chart()) and "  * schedule.val_due " in out
+    cfg.chart.output = str(tmp_path / "actions.txt")
+    assert chart_command(parser, cfg, ["chart", "--actions", "-o", cfg.chart.output]) == 0
+    assert (tmp_path / "actions.txt").read_text(encoding="utf-8") == out
+    assert "wrote the actions to" in capsys.readouterr().err
+    cfg.chart.actions = False  # the drawing, as before
+    cfg.chart.output = None
+    assert chart_command(parser, cfg, ["chart"]) == 0
+    assert capsys.readouterr().out.startswith("stateDiagram-v2")

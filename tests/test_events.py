@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -189,13 +190,17 @@ def test_unlistened_events_build_no_event_object(trainer_factory: Any, built: li
 def test_observers_see_every_transition_before_handlers_without_events(trainer_factory: Any, built: list[str]) -> None:
     """An observer gets every transition as plain values, in order, before its handlers; no Event is built."""
     trainer = trainer_factory(max_epochs=1)
-    trainer.runtime.trace = []
     seen: list[tuple[Any, ...]] = []
     order: list[str] = []
     trainer.observe(lambda *values: (seen.append(values), order.append("observer")))
     trainer.on("fit.train.epoch_end", lambda e: order.append("handler"))
     _fit(trainer)
-    assert [(src, trig, dst) for dst, trig, src, *_ in seen] == trainer.runtime.trace
+    walk, at = [], "idle"
+    for dst, trig, src, *_ in seen:  # each transition starts where the previous one ended, as the chart allows
+        assert src == at and trainer.statechart.transition(src, trig) == dst
+        walk.append(dst)
+        at = dst
+    assert walk[-1] == "finished" and len(walk) == sum(trainer.state.counts.values())
     assert built == ["fit.train.epoch_end"]
     assert order.count("handler") == 1
     assert order.index("handler") == [v[0] for v in seen].index("fit.train.epoch_end") + 1
@@ -289,3 +294,86 @@ def test_a_handler_cannot_mutate_the_state_it_receives(trainer_factory: Any) -> 
     with pytest.raises(TypeError):
         _fit(trainer)
     assert "hacked" not in trainer.state.metrics
+
+
+class Recorder(TinyModule):
+    """Records the input each training step sees."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[torch.Tensor] = []
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self.seen.append(batch[0].clone())
+        return super().training_step(batch, batch_idx)
+
+
+def test_payload_mappings_cannot_be_written(trainer_factory: Any) -> None:
+    """A handler cannot add or change payload keys: the next handler sees what the transition carried."""
+    trainer = trainer_factory(max_epochs=1, limit_train_batches=1)
+    errors: list[str] = []
+    seen: list[set[str]] = []
+
+    def writer(event: interlock.Event) -> None:
+        try:
+            event.payload["injected"] = 1  # type: ignore[index]
+        except TypeError as exc:
+            errors.append(str(exc))
+
+    trainer.on("fit.train.batch.step", writer)
+    trainer.on("fit.train.batch.step", lambda e: seen.append(set(e.payload)))
+    trainer.fit(TinyModule(), loader(32, 16))
+    assert errors and "does not support item assignment" in errors[0]
+    assert seen == [{"batch", "batch_idx"}]
+
+
+def test_a_handler_changing_a_payload_tensor_cannot_change_the_step(trainer_factory: Any) -> None:
+    """Zeroing the payload's batch in place leaves what training_step sees, and the weights, unchanged."""
+    runs = []
+    for tamper in (False, True):
+        torch.manual_seed(0)
+        module = Recorder()
+        trainer = trainer_factory(max_epochs=1)
+        if tamper:
+
+            def zero_batch(event: interlock.Event) -> None:
+                event.payload["batch"][0].zero_()
+
+            def zero_loss(event: interlock.Event) -> None:
+                event.payload["outputs"].mul_(0)
+
+            trainer.on("fit.train.batch.step", zero_batch)
+            trainer.on("fit.train.batch.backward", zero_loss)
+        trainer.fit(module, loader(32, 16))
+        runs.append(module)
+    plain, tampered = runs
+    assert all(torch.equal(a, b) for a, b in zip(plain.seen, tampered.seen, strict=True))
+    assert all(x.abs().sum() > 0 for x in tampered.seen)
+    for a, b in zip(plain.state_dict().values(), tampered.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_payload_copies_are_made_only_when_read(trainer_factory: Any, monkeypatch: Any) -> None:
+    """Events nobody reads the payload of cost no copy; a reading handler gets one copy per event."""
+    from interlock.core import events
+
+    copies: list[int] = []
+    original = events.read_only
+    monkeypatch.setattr(events, "read_only", lambda v: copies.append(1) or original(v))
+    trainer = trainer_factory(max_epochs=1)
+    trainer.on("*", lambda e: None)
+    trainer.fit(TinyModule(), loader(32, 16))
+    assert copies == []
+    counts = []
+    for reads in (1, 3):
+        copies.clear()
+        trainer = trainer_factory(max_epochs=1)
+
+        def read(event: interlock.Event, state: Any, n: int = reads) -> None:
+            for _ in range(n):
+                assert event.payload["batch_idx"] in (0, 1)
+
+        trainer.on("fit.train.batch.step", read)
+        trainer.fit(TinyModule(), loader(32, 16))
+        counts.append(len(copies))
+    assert counts[0] > 0 and counts[0] == counts[1]  # built once per event, however often it is read

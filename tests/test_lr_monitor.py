@@ -27,11 +27,11 @@ def test_monitor_reports_the_scheduled_learning_rate(trainer_factory: Any, inter
 
 def test_learning_rates_are_built_only_when_listened(trainer_factory: Any, monkeypatch: Any) -> None:
     """Unless a handler reads the payload, the loop never reads the learning rates (even if events are listened)."""
-    from interlock.loops import fit
+    from interlock.loops import train
 
     calls: list[int] = []
-    original = fit._lrs
-    monkeypatch.setattr(fit, "_lrs", lambda ctx: calls.append(1) or original(ctx))
+    original = train.learning_rates
+    monkeypatch.setattr(train, "learning_rates", lambda run: calls.append(1) or original(run))
     trainer_factory(max_epochs=1).fit(TinyModule(), loader(32, 16))
     assert calls == []
     listened = trainer_factory(max_epochs=1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
@@ -10,7 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from interlock.core.chart import Chart, load_chart
+import interlock
+from interlock.core.chart import Chart, TransitionSpec, load_chart
+from interlock.examples.digits import DigitsClassifier, DigitsData
+from interlock.listeners import EventTrace
 from interlock.viz import (
     FORMATS,
     GraphvizError,
@@ -34,7 +38,7 @@ def chart() -> Chart:
 
 def _run(chart: Chart, triggers: list[str], error_on: tuple[str, ...] = ()) -> list[str]:
     """JSONL lines of the run that fires ``triggers`` from the initial state, as EventTrace writes them."""
-    state, lines, seen = chart.initial, [], {}
+    state, lines, seen = chart.initial, [], dict[str, int]()
     for i, trigger in enumerate(triggers):
         dest = chart.transition(state, trigger)
         seen[dest] = seen.get(dest, 0) + 1
@@ -60,6 +64,8 @@ def _fit_triggers(epochs: int = 2, batches: int = 3) -> list[str]:
 
 FAILED = ["setup", "fit", "train", "run", "fetched", "backward", "optimizer_step", "stepped", "next", "fetched"]
 FAILED += ["fail", "failed"]
+PREEMPTED = ["setup", "fit", "train", "run", "fetched", "backward", "optimizer_step", "stepped", "preempt"]
+PREEMPTED += ["interrupted"]
 
 
 def _write(directory: Path, lines: list[str], tail: str = "") -> Path:
@@ -79,6 +85,29 @@ def failed_run(tmp_path: Path, chart: Chart) -> Path:
 
 
 @pytest.fixture
+def preempted_run(tmp_path: Path, chart: Chart) -> Path:
+    return _write(tmp_path / "preempted", _run(chart, PREEMPTED))
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real fit with the EventTrace listener: 4 batches, validation every 2 (so twice), no sanity check."""
+    root = tmp_path_factory.mktemp("real")
+    trainer = interlock.Trainer(
+        max_epochs=1,
+        limit_train_batches=4,
+        limit_val_batches=1,
+        val_check_interval=2,
+        num_sanity_val_steps=0,
+        listeners=[EventTrace()],
+        default_root_dir=root,
+    )
+    data = DigitsData()
+    trainer.fit(DigitsClassifier(), data.train_dataloader(), data.val_dataloader())
+    return Path(trainer.run_dir)
+
+
+@pytest.fixture
 def live_run(tmp_path: Path, chart: Chart) -> Path:
     lines = _run(chart, ["setup", "fit", "train", "run", "fetched", "backward"])
     return _write(tmp_path / "live", lines, tail='{"time": 9.5, "event": "fit.tra')
@@ -91,10 +120,35 @@ def _dot_ok(dot: str) -> str:
     return done.stdout.decode()
 
 
+_HTML_LABEL = r"label=<((?:[^<>]|<[^<>]*>)*)>"
+
+
 def _dot_node_label(dot: str, state_id: str) -> str:
-    match = re.search(rf'^\s*"{state_id}" \[label="((?:[^"\\]|\\.)*)"', dot, re.M)
+    """The raw HTML-like label of a leaf's node."""
+    match = re.search(rf'^\s*"{state_id}" \[{_HTML_LABEL}', dot, re.M)
     assert match, f"no node {state_id} in the DOT output"
     return match.group(1)
+
+
+def _text(label: str) -> str:
+    """An HTML-like label as the text it shows: line breaks as newlines, tags dropped, entities decoded."""
+    return html.unescape(re.sub(r"<[^<>]*>", "", label.replace("<br/>", "\n")))
+
+
+def _dot_node_text(dot: str, state_id: str) -> str:
+    return _text(_dot_node_label(dot, state_id))
+
+
+def _dot_cluster_text(dot: str, state_id: str) -> str:
+    match = re.search(rf'subgraph "cluster_{state_id}" {{\s*{_HTML_LABEL};', dot)
+    assert match, f"no cluster {state_id} in the DOT output"
+    return _text(match.group(1))
+
+
+def _label(t: TransitionSpec, n: int = 0, sep: str = " ") -> str:
+    """What an edge should read, built from the chart: ``trigger [guard]``, the count, ``/ do1, do2``."""
+    text = t.trigger + (f" [{t.guard}]" if t.guard else "") + (f" {X}{n}" if n else "")
+    return text + (f"{sep}/ {', '.join(t.do)}" if t.do else "")
 
 
 def _dot_edge_label(dot: str, tail: str, head: str) -> str:
@@ -127,6 +181,41 @@ def test_read_trace_reports_the_failure(failed_run: Path) -> None:
     assert summary.error == ERROR
     assert summary.failed_in == "fit.train.batch.step"
     assert summary.last_state == "failed" and summary.is_final and summary.failed
+
+
+def test_read_trace_names_the_guard_that_decided_each_transition(real_run: Path) -> None:
+    """A real run's trace: each taken transition maps to the guard that decided it (None for defaults)."""
+    summary = read_trace(real_run)
+    validate = ("fit.train.batch.end", "validate", "fit.train.val.start")
+    assert summary.transitions[validate] == 2
+    assert summary.guards[validate] == "schedule.val_due"
+    assert summary.guards[("fit.train.batch.fetch", "fetched", "fit.train.batch.step")] == "data.fetched"
+    assert summary.guards[("fit.train.batch.end", "next", "fit.train.batch.fetch")] is None  # the default
+    assert summary.guards[("idle", "setup", "setup")] is None  # an event from outside
+    assert summary.decided["schedule.val_due"] == 2 and summary.decided["optim.step_due"] == 4
+    assert "schedule.sanity_due" not in summary.decided  # num_sanity_val_steps=0: the default was taken
+    assert summary.last_state == "finished" and not summary.failed and not summary.interrupted
+
+
+@pytest.mark.parametrize(
+    ("triggers", "where", "by"),
+    [
+        (PREEMPTED, "fit.train.batch.end", "preempt"),
+        (["setup", "fit", "train", "run", "fetched", "interrupt", "interrupted"], "fit.train.batch.step", "interrupt"),
+    ],
+)
+def test_read_trace_reports_where_a_run_was_stopped(
+    tmp_path: Path, chart: Chart, triggers: list[str], where: str, by: str
+) -> None:
+    """A preempted or Ctrl-C'd run: the state it was stopped in and the trigger; a new run clears them."""
+    lines = _run(chart, triggers)
+    summary = read_trace(_write(tmp_path / "stopped", lines))
+    assert (summary.interrupted_in, summary.interrupted_by) == (where, by)
+    assert summary.interrupted and not summary.failed and summary.failed_in is None
+    assert summary.last_state == "interrupted" and summary.is_final
+    rerun = [json.dumps({**json.loads(line), "source": "interrupted"}) for line in lines[:1]]
+    summary = read_trace(_write(tmp_path / "again", [*lines, *rerun]))
+    assert summary.interrupted_in is None and not summary.interrupted and summary.last_state == "setup"
 
 
 def test_read_trace_ignores_a_partial_last_line(live_run: Path) -> None:
@@ -186,14 +275,71 @@ def test_mermaid_has_initials_finals_and_declared_edges(chart: Chart) -> None:
         assert f"    {final} --> [*]\n" in text
     assert "    fit --> teardown : fail\n" in text  # one edge from the compound, not one per leaf
     assert "fit__train__batch__step --> teardown" not in text
-    n_declared = sum(len(s.on) for s in chart.states.values())
+    n_declared = sum(1 for s in chart.states.values() for _ in s.declared())
     assert len(re.findall(r" --> (?!\[\*\])\w+ : ", text)) == n_declared
 
 
+def test_every_declared_transition_is_an_edge_with_its_guard_and_actions(chart: Chart) -> None:
+    """Each `always` and `on` transition is one edge reading `trigger [guard] / do1, do2`, in Mermaid and DOT."""
+    ids = state_ids(chart)
+    text, dot = to_mermaid(chart), to_dot(chart)
+    mermaid_edges = re.findall(r"^\s*(\w+) --> (\w+) : (.*)$", text, re.M)
+    dot_edges = re.findall(r'^\s*"([\w#]+)" -> "([\w#]+)" \[label=" ((?:[^"\\]|\\.)*)"', dot, re.M)
+    expected_mermaid, expected_dot = [], []
+    for spec in chart.states.values():
+        for t in spec.declared():
+            expected_mermaid.append((ids[spec.path], ids[t.target], _label(t)))
+            tail = f"{ids[spec.path]}#start" if chart.states[spec.path].children else ids[spec.path]
+            head = f"{ids[t.target]}#start" if chart.states[t.target].children else ids[t.target]
+            expected_dot.append((tail, head, _label(t, sep="\\n")))
+    assert sorted(mermaid_edges) == sorted(expected_mermaid)
+    assert sorted(dot_edges) == sorted(expected_dot)
+    assert len(expected_mermaid) > sum(len(s.on) for s in chart.states.values())  # the `always` ones are there
+    # the training batch loop's ways out, guards first, the default last
+    assert "fit__train__batch__end --> fit__train__val : validate [schedule.val_due]\n" in text
+    assert "fit__train__batch__end --> teardown : preempt [signals.preempted] / checkpoint.save_preempted\n" in text
+    assert "fit__train__batch__end --> fit__train__batch__fetch : next\n" in text
+    assert "teardown --> finished : finish / run.finish\n" in text
+    assert _dot_edge_label(dot, "fit__train__batch__end", "fit__train__epoch_end") == (
+        "epoch_end [limits.epoch_done]\\n/ metrics.log_train"
+    )
+
+
+def test_states_show_their_entry_and_exit_actions(chart: Chart) -> None:
+    """Leaves list `entry / ...` (and `exit / ...`) under their name; compound states in their title."""
+    ids = state_ids(chart)
+    text, dot = to_mermaid(chart), to_dot(chart)
+    assert "                fit__train__batch__fetch : entry / data.fetch\n" in text
+    assert 'state "batch<br>entry / data.reenter, module.train" as fit__train__batch {' in text
+    assert 'state "val<br>entry / data.reenter, eval.open<br>exit / eval.close" as fit__train__val {' in text
+    assert _dot_node_text(dot, "fit__train__batch__fetch") == "fetch\nentry / data.fetch"
+    assert _dot_node_text(dot, "fit__train__batch__end") == "end\nentry / signals.vote"
+    assert _dot_cluster_text(dot, "fit__sanity") == "sanity\nentry / eval.open\nexit / eval.close"
+    assert 'point-size="8"' in _dot_node_label(dot, "fit__train__batch__fetch")  # the actions in small type
+    for path, spec in chart.states.items():
+        if spec.children:
+            shown = re.search(rf'state "([^"]*)" as {ids[path]} {{', text)
+            assert shown, path
+            described = shown.group(1).replace("<br>", " ")
+            described_dot = _dot_cluster_text(dot, ids[path]).replace("\n", " ")
+        else:
+            described = " ".join(re.findall(rf"^\s*{ids[path]} : (.*)$", text, re.M))
+            described_dot = _dot_node_text(dot, ids[path]).replace("\n", " ")
+        for kind, names in (("entry", spec.entry), ("exit", spec.exit)):
+            for where in (described, described_dot):
+                assert (f"{kind} / " in where) == bool(names), (path, kind)
+                for name in names:
+                    assert name in where, (path, name)
+    assert not re.search(r"^\s*(finished|failed|interrupted|idle) : ", text, re.M)  # no actions: no line
+
+
 @needs_dot
-def test_dot_is_accepted_by_graphviz(chart: Chart, fit_run: Path, failed_run: Path, live_run: Path) -> None:
+def test_dot_is_accepted_by_graphviz(
+    chart: Chart, fit_run: Path, failed_run: Path, live_run: Path, preempted_run: Path
+) -> None:
     """`dot -Tsvg` renders the plain and all traced charts without errors or warnings."""
-    for trace in (None, read_trace(fit_run), read_trace(failed_run), read_trace(live_run)):
+    traces = [read_trace(run) for run in (fit_run, failed_run, live_run, preempted_run)]
+    for trace in (None, *traces):
         _dot_ok(to_dot(chart, trace))
 
 
@@ -205,7 +351,9 @@ def test_dot_nests_compound_states_as_clusters(chart: Chart) -> None:
     outer, inner = dot.index('subgraph "cluster_fit__train" {'), dot.index('subgraph "cluster_fit__train__batch" {')
     assert outer < inner < dot.index('subgraph "cluster_validate" {')
     assert re.search(r'"fit#start" -> "teardown" \[label=" fail", ltail="cluster_fit"\]', dot)
-    assert _dot_node_label(dot, "fit__train__batch__end") == "end"
+    assert _dot_node_text(dot, "idle") == "idle"
+    assert re.search(r'^\s*"finished" \[label=<finished>\];$', dot, re.M)  # final: a plain node to the end marker
+    assert re.search(r'"finished" -> "root#end";', dot)
 
 
 # -- the chart with a trace -----------------------------------------------------------
@@ -213,19 +361,22 @@ def test_traced_fit_highlights_visits_and_counts(chart: Chart, fit_run: Path) ->
     """Visited states are filled with counts, taken edges bold with counts, the end state final."""
     trace = read_trace(fit_run)
     dot = to_dot(chart, trace)
-    assert _dot_node_label(dot, "fit__train__batch__end") == f"end {X}6"
-    assert _dot_node_label(dot, "finished") == f"finished {X}1\\n(final)"
+    assert _dot_node_text(dot, "fit__train__batch__end") == f"end {X}6\nentry / signals.vote"
+    assert _dot_node_text(dot, "finished") == f"finished {X}1\n(final)"
     assert re.search(r'"finished" \[[^\]]*peripheries=2', dot)
     assert re.search(r'"fit__train__batch__end" \[[^\]]*fillcolor="#d8f0d8"', dot)
-    assert _dot_node_label(dot, "fit__sanity__start") == "start"  # never visited: no count, no fill
+    assert _dot_node_text(dot, "fit__sanity__start") == "start\nentry / eval.reset"  # never visited: no count
     assert not re.search(r'"fit__sanity__start" \[[^\]]*fillcolor', dot)
     assert _dot_edge_label(dot, "fit__train__batch__end", "fit__train__batch__fetch").startswith(f"next {X}4")
     assert re.search(rf'label=" next {X}4", penwidth=2\.2', dot)
-    assert re.search(rf'"cluster_fit__train" {{\s*label="train {X}1";\s*style="rounded,filled"', dot)
-    assert re.search(rf'"cluster_fit__train__batch" {{\s*label="batch {X}2";', dot)  # entered once per epoch
+    assert re.search(rf'"cluster_fit__train" {{\s*label=<train {X}1>;\s*style="rounded,filled"', dot)
+    assert _dot_cluster_text(dot, "fit__train__batch").startswith(f"batch {X}2\n")  # entered once per epoch
     text = to_mermaid(chart, trace)
     assert f'state "end {X}6" as fit__train__batch__end' in text
     assert f"fit__train__batch__end --> fit__train__batch__fetch : next {X}4" in text
+    assert f"fit__train__batch__fetch --> fit__train__batch__step : fetched [data.fetched] {X}6\n" in text
+    assert f"fit__train__batch__end --> fit__train__epoch_end : epoch_end [limits.epoch_done] {X}2 / metrics" in text
+    assert "fit__train__batch__end --> fit__train__val : validate [schedule.val_due]\n" in text  # not taken
     assert re.search(r"^    class (\w+,)*finished(,\w+)* final$", text, re.M)
     assert re.search(r"^    class (\w+,)*fit__train__batch__end(,\w+)* visited$", text, re.M)
 
@@ -233,11 +384,14 @@ def test_traced_fit_highlights_visits_and_counts(chart: Chart, fit_run: Path) ->
 def test_traced_failure_is_red_with_the_escaped_message(chart: Chart, failed_run: Path) -> None:
     """The failing state is red and carries the message, escaped for DOT and Mermaid."""
     trace = read_trace(failed_run)
+    assert trace.failed_in is not None
     failing = state_ids(chart)[trace.failed_in]
     dot = to_dot(chart, trace)
     label = _dot_node_label(dot, failing)
-    assert label.startswith(f'step {X}2\\n✗ ValueError: bad \\"x\\" <y>')
-    assert "\\nsecond line" in label and "\n" not in label
+    assert "bad &quot;x&quot; &lt;y&gt; &amp; {z}" in label and "\n" not in label
+    text = _dot_node_text(dot, failing)
+    assert text.startswith(f'step {X}2\nentry / module.training_step\n✗ ValueError: bad "x" <y> & {{z}}')
+    assert text.endswith("\nsecond line")
     assert re.search(rf'"{failing}" \[[^\]]*fillcolor="#f8d0d0", color="#c62828"', dot)
     assert re.search(rf'"fit#start" -> "teardown" \[label=" fail {X}1", penwidth=2\.2, color="#c62828"', dot)
     text = to_mermaid(chart, trace)
@@ -260,12 +414,54 @@ def test_traced_live_run_marks_the_current_state(chart: Chart, live_run: Path) -
     """An in-progress run has no final state; the state it is in is marked current."""
     trace = read_trace(live_run)
     dot = to_dot(chart, trace)
-    assert _dot_node_label(dot, "fit__train__batch__backward") == f"backward {X}1\\n(current)"
+    assert _dot_node_text(dot, "fit__train__batch__backward") == f"backward {X}1\nentry / precision.backward\n(current)"
     assert "(final)" not in dot
     assert "in progress at fit.train.batch.backward" in dot
     text = to_mermaid(chart, trace)
     assert re.search(r"^    class fit__train__batch__backward current$", text, re.M)
     assert text.startswith("---\ntitle: ")
+
+
+def test_traced_real_run_labels_taken_edges_with_guard_and_count(chart: Chart, real_run: Path) -> None:
+    """Why validation ran: the taken edge reads `validate [schedule.val_due]` and its count; untaken ones are grey."""
+    trace = read_trace(real_run)
+    dot = to_dot(chart, trace)
+    assert (
+        _dot_edge_label(dot, "fit__train__batch__end", "fit__train__val#start") == f"validate [schedule.val_due] {X}2"
+    )
+    assert re.search(rf'label=" validate \[schedule\.val_due\] {X}2", penwidth=2\.2, color="#2e7d32"', dot)
+    assert re.search(
+        rf'label=" epoch_end \[limits\.epoch_done_after_val\] {X}1\\n/ metrics\.log_train", penwidth=2\.2', dot
+    )
+    assert re.search(r'label=" epoch_end \[limits\.epoch_done\]\\n/ metrics\.log_train", color="#b0b0b0"', dot)
+    assert re.search(r'label=" sanity_check \[schedule\.sanity_due\]", color="#b0b0b0"', dot)  # never held
+    assert re.search(rf'label=" train {X}1", penwidth=2\.2', dot)  # the default taken instead
+    text = to_mermaid(chart, trace)
+    assert f"fit__train__batch__end --> fit__train__val : validate [schedule.val_due] {X}2\n" in text
+    assert f"fit__train__val__end --> fit__train__batch__fetch : resume {X}1\n" in text
+    assert f"setup --> fit : fit [stage.is_fit] {X}1\n" in text
+    assert "setup --> validate : validate [stage.is_validate]\n" in text
+
+
+def test_traced_preemption_marks_where_the_run_stopped(chart: Chart, preempted_run: Path) -> None:
+    """A preempted run: the preempt edge and its guard, the state it was stopped in, and where it ended."""
+    trace = read_trace(preempted_run)
+    dot = to_dot(chart, trace)
+    assert _dot_node_text(dot, "fit__train__batch__end") == (f"end {X}1\nentry / signals.vote\n(stopped here: preempt)")
+    assert re.search(r'"fit__train__batch__end" \[[^\]]*fillcolor="#ffe0b2", color="#e65100"', dot)
+    assert _dot_edge_label(dot, "fit__train__batch__end", "teardown") == (
+        f"preempt [signals.preempted] {X}1\\n/ checkpoint.save_preempted"
+    )
+    assert re.search(rf'preempt \[signals\.preempted\] {X}1[^"]*", penwidth=2\.2, color="#e65100"', dot)
+    assert re.search(rf'label=" interrupted \[run\.interrupted\] {X}1", penwidth=2\.2, color="#e65100"', dot)
+    assert _dot_node_text(dot, "interrupted") == f"interrupted {X}1\n(final)"
+    assert "stopped by preempt in fit.train.batch.end, ended in interrupted" in dot
+    assert "✗" not in dot  # no failure
+    text = to_mermaid(chart, trace)
+    assert f"fit__train__batch__end --> teardown : preempt [signals.preempted] {X}1 / checkpoint.save_preempted" in text
+    assert re.search(r"^    class fit__train__batch__end interrupted$", text, re.M)
+    assert re.search(r"^    class (\w+,)*interrupted(,\w+)* final$", text, re.M)
+    assert re.search(r'^title: "run preempted: stopped by preempt in fit\.train\.batch\.end', text, re.M)
 
 
 # -- render() ---------------------------------------------------------------------

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import io
+import itertools
 import json
 import logging
 import math
@@ -581,7 +582,54 @@ def run_resume(spec: dict[str, Any]) -> dict[str, Any]:
     return {"ms": (module.first_step - t0) * 1e3, "batch_idx": start}
 
 
+def run_epoch_growth(spec: dict[str, Any]) -> dict[str, Any]:
+    """Many short epochs (1 training + ``val_batches`` validation batches, no listeners): ms per epoch over the run.
+
+    The clock is read on every entry into ``fit.train.epoch_start`` by an observer (no state snapshot).
+    """
+    import interlock
+
+    warm_up("interlock_bare")
+
+    class Net(interlock.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = make_net()
+
+        def training_step(self, batch_data: Any, batch_idx: int) -> torch.Tensor:
+            return loss_of(self.net, batch_data)
+
+        def validation_step(self, batch_data: Any, batch_idx: int) -> torch.Tensor:
+            return loss_of(self.net, batch_data)
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=LR)
+
+    batch, epochs = spec["batch"], spec["epochs"]
+    train = DataLoader(make_dataset(batch), batch_size=batch)
+    val = DataLoader(make_dataset(batch * spec["val_batches"]), batch_size=batch)
+    starts: list[float] = []
+
+    def observe(name: str, *_: Any) -> None:
+        if name == "fit.train.epoch_start":
+            starts.append(time.perf_counter())
+
+    trainer = interlock.Trainer(
+        max_epochs=epochs,
+        listeners=[],
+        num_sanity_val_steps=0,
+        accelerator="cpu",
+        default_root_dir=tempfile.mkdtemp(prefix="bench-epochs-"),
+    )
+    trainer.observe(observe)
+    with quiet(), contextlib.redirect_stderr(io.StringIO()):
+        trainer.fit(Net(), train, val)
+    ms = [(b - a) * 1e3 for a, b in itertools.pairwise(starts)]
+    return {"epoch_ms": ms, "history_rows": len(trainer.state.history)}
+
+
 TASKS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "epoch_growth": run_epoch_growth,
     "steps": run_steps,
     "steps_same_process": run_steps_same_process,
     "ddp": run_ddp,

@@ -33,7 +33,7 @@ HERE = Path(__file__).resolve().parent
 WORKER = HERE / "_bench_workers.py"
 SRC = HERE.parent / "src"
 
-SECTIONS = ("steps", "ddp", "ckpt", "resume", "rss")
+SECTIONS = ("steps", "ddp", "ckpt", "resume", "rss", "epochs")
 STEP_VARIANTS = ("plain", "interlock_bare", "interlock_default", "lightning", "lightning_default", "ignite")
 #: Which import each optional variant needs.
 NEEDS = {"lightning": "pytorch_lightning", "lightning_default": "pytorch_lightning", "ignite": "ignite"}
@@ -48,6 +48,8 @@ TARGETS = {
     "resume_ratio": 2.0,
     "peak_rss_over_mb": 30.0,
     "rss_growth_mb": 5.0,
+    # per-epoch cost late in a long run over its cost early on (1 train + 8 val batches per epoch)
+    "epoch_growth_ratio": 1.2,
 }
 
 #: The plain loop's µs/step on the machine the step targets were set on (the issue's measurement).
@@ -65,6 +67,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "resume_far": 100_000,
         "growth_steps": 100_000,
         "growth_every": 10_000,
+        "growth_epochs": 1_500,
         "repeats": 5,
         "warmup": 1,
         "same_process_runs": 2,
@@ -79,6 +82,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "resume_far": 1_000,
         "growth_steps": 400,
         "growth_every": 100,
+        "growth_epochs": 120,
         "repeats": 1,
         "warmup": 0,
         "same_process_runs": 1,
@@ -443,6 +447,32 @@ def section_rss(
     }
 
 
+def section_epochs(runner: Runner, size: dict[str, Any]) -> dict[str, Any]:
+    """How the cost of an epoch grows with the run: early epochs against the last ones, one long run."""
+    epochs = size["growth_epochs"]
+    runner.log(f"[epochs] {epochs:,} epochs of 1 training + 8 validation batches, no listeners")
+    result = runner.run({"task": "epoch_growth", "epochs": epochs, "batch": size["batch"], "val_batches": 8})
+    ms = result.get("epoch_ms") or []
+    if len(ms) < 20:
+        return {"status": "error", "error": result.get("error", "too few epochs measured")}
+    early_from, window = (10, 50) if len(ms) >= 200 else (2, max(5, len(ms) // 10))
+    early = statistics.median(ms[early_from : early_from + window])
+    late = statistics.median(ms[-window:])
+    ratio = late / early if early else None
+    return {
+        "status": "ok",
+        "epochs": epochs,
+        "history_rows": result.get("history_rows"),
+        "early_epochs": [early_from, early_from + window],
+        "late_epochs": [len(ms) - window, len(ms)],
+        "early_ms": early,
+        "late_ms": late,
+        "ratio": ratio,
+        "target_ratio": TARGETS["epoch_growth_ratio"],
+        "verdict": verdict(ratio, TARGETS["epoch_growth_ratio"]),
+    }
+
+
 # -- report -------------------------------------------------------------------------------
 def machine() -> dict[str, Any]:
     versions = {}
@@ -560,6 +590,18 @@ def render(report: dict[str, Any]) -> str:
             f"RSS growth from step {rss['growth_from_step']:,} to {rss['growth_steps']:,}: {', '.join(parts)}; "
             f"target <= {rss['target_growth_mb']:.0f} MB {rss['growth_verdict']}"
         )
+    ep = report.get("epochs")
+    if ep is not None:
+        lines.append("")
+        if ep.get("status") != "ok":
+            lines.append(f"epoch growth: {ep.get('error')}")
+        else:
+            lines.append(
+                f"epoch growth ({ep['epochs']:,} epochs, {ep['history_rows']:,} history rows): epochs "
+                f"{ep['early_epochs'][0]}-{ep['early_epochs'][1]} {_num(ep['early_ms'], '{:.2f}')} ms, epochs "
+                f"{ep['late_epochs'][0]}-{ep['late_epochs'][1]} {_num(ep['late_ms'], '{:.2f}')} ms "
+                f"({_num(ep['ratio'], '{:.2f}x')}); target <= {ep['target_ratio']:.1f}x {ep['verdict']}"
+            )
     return "\n".join(lines)
 
 
@@ -609,6 +651,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "ckpt": lambda: section_ckpt(runner, size, repeats, warmup),
         "resume": lambda: section_resume(runner, size, repeats, warmup),
         "rss": lambda: section_rss(runner, size, repeats, warmup, steps_runs, args.variant_list),
+        "epochs": lambda: section_epochs(runner, size),
     }
     try:
         for name in args.sections:

@@ -7,6 +7,7 @@ from interlock.core.errors import (
     ConflictingUpdates,
     IllegalTransition,
     InterlockError,
+    Preempted,
 )
 from interlock.core.events import Event, Listener, listen, observe
 from interlock.core.module import Module
@@ -21,7 +22,6 @@ from interlock.core.updates import (
     Stop,
     Update,
 )
-from interlock.loops.context import Preempted
 from interlock.trainer.trainer import Trainer
 
 __version__ = "0.1.0"

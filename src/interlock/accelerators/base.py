@@ -66,7 +66,7 @@ class Accelerator(ABC):
         if isinstance(devices, numbers.Integral):
             return self._parse_count(int(devices), devices)
         if isinstance(devices, Sequence):
-            indices = []
+            indices: list[int] = []
             for item in devices:
                 if isinstance(item, bool) or not isinstance(item, numbers.Integral):
                     raise self._error(devices, f"contains {item!r}, which is not a device index")
@@ -113,7 +113,7 @@ class Accelerator(ABC):
             raise self._error(original, f"repeats index {duplicates[0]}")
         limit = self._max_devices()
         too_high = [i for i in indices if limit is not None and i >= limit]
-        if too_high:
+        if too_high and limit is not None:  # limit is never None when too_high is not empty
             raise self._error(
                 original, f"has index {too_high[0]}, but only {limit} {self.name} devices exist (0..{limit - 1})"
             )

@@ -19,12 +19,13 @@ from jsonargparse import ArgumentParser, Namespace
 
 from interlock.cli.config import LOADERS
 from interlock.cli.inspect import summarize_checkpoint, to_json
-from interlock.core.chart import load_chart
-from interlock.loops.context import Preempted
+from interlock.core.chart import Chart, load_chart
+from interlock.core.errors import Preempted
+from interlock.loops import default_registry
 from interlock.trainer.trainer import Trainer
 from interlock.viz import read_trace, render
 
-__all__ = ["COMMANDS", "UsageError", "chart", "inspect", "listeners", "run"]
+__all__ = ["COMMANDS", "UsageError", "chart", "chart_actions", "inspect", "listeners", "run"]
 
 
 class UsageError(Exception):
@@ -149,15 +150,47 @@ def run(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
+def chart_actions(the_chart: Chart) -> str:
+    """Every registered action and guard with its owner module and one-line doc; ``*`` marks the chart's.
+
+    Names the chart uses that nothing registered are listed last: a run of that chart would refuse to start.
+    """
+    rows = list(default_registry().describe())
+    used = {"action": the_chart.actions(), "guard": the_chart.guards()}
+    width = max((len(name) for _, name, _, _ in rows), default=0)
+    owner_width = max((len(owner) for _, _, owner, _ in rows), default=0)
+    lines: list[str] = []
+    for kind in ("action", "guard"):
+        mine = [row for row in rows if row[0] == kind]
+        n_used = sum(1 for row in mine if row[1] in used[kind])
+        lines.append(f"{kind}s: {len(mine)} registered, * = used by {the_chart.source} ({n_used})")
+        for _, name, owner, summary in mine:
+            mark = "*" if name in used[kind] else " "
+            doc = summary.strip().splitlines()[0] if summary.strip() else "(no doc)"
+            lines.append(f"  {mark} {name:<{width}}  {owner:<{owner_width}}  {doc}")
+    for kind in ("action", "guard"):
+        missing = sorted(used[kind] - {name for k, name, _, _ in rows if k == kind})
+        if missing:
+            lines.append(f"{kind}s used by {the_chart.source} that nothing registered: {', '.join(missing)}")
+    return "\n".join(lines) + "\n"
+
+
 def chart(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str]) -> int:
-    """Render the (built-in or ``--chart``) statechart, with ``--trace`` overlaid, to stdout or ``-o``."""
+    """Render the (built-in or ``--chart``) statechart, with ``--trace`` overlaid, to stdout or ``-o``.
+
+    With ``--actions``, list the actions and guards it can use instead (:func:`chart_actions`).
+    """
     opts = cfg.chart
     try:
         the_chart = load_chart(opts.chart)
     except OSError as exc:
         raise UsageError(f"cannot read chart {opts.chart}: {exc.strerror or exc}") from None
-    trace = read_trace(opts.trace, the_chart) if opts.trace else None
-    out = render(the_chart, opts.format, trace)
+    out: str | bytes
+    if opts.get("actions"):
+        out = chart_actions(the_chart)
+    else:
+        trace = read_trace(opts.trace, the_chart) if opts.trace else None
+        out = render(the_chart, opts.format, trace)
     if opts.output:
         target = Path(opts.output)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -165,7 +198,7 @@ def chart(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str]) -> int:
             target.write_bytes(out)
         else:
             target.write_text(out, encoding="utf-8")
-        print(f"wrote {opts.format} to {target}", file=sys.stderr)
+        print(f"wrote {'the actions' if opts.get('actions') else opts.format} to {target}", file=sys.stderr)
     elif isinstance(out, bytes):
         if sys.stdout.isatty():
             raise UsageError(f"--format {opts.format} is not for a terminal; pass -o FILE or redirect stdout")

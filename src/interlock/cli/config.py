@@ -121,6 +121,7 @@ def _config_parser(command: str) -> ArgumentParser:
         "test_dataloader() and/or predict_dataloader().",
     )
     parser.add_class_arguments(Trainer, "trainer")
+    assert parser.groups is not None  # the two add_*_arguments calls above created the groups
     parser.groups["model"].title = "model (the interlock.Module subclass to run)"
     parser.groups["trainer"].title = "trainer (the Trainer's init flags)"
     parser.add_argument(
@@ -147,6 +148,11 @@ def _chart_parser() -> ArgumentParser:
     )
     parser.add_argument(
         "--chart", type=str | None, default=None, help="A custom chart YAML file instead of the built-in one."
+    )
+    parser.add_argument(
+        "--actions",
+        action="store_true",
+        help="List every action and guard (owner, one-line doc) instead of drawing; * marks those the chart uses.",
     )
     parser.add_argument("-o", "--output", type=str | None, default=None, help="Write to this file.")
     return parser

@@ -10,18 +10,32 @@ returns the saved :class:`TrainerState`, which the trainer applies as a
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from interlock.connectors.metrics import scalars
 from interlock.connectors.optim import Scheduler
-from interlock.connectors.rng import get_rng_states
-from interlock.core.errors import CheckpointError
+from interlock.connectors.rng import RestoreRNG, get_rng_states
+from interlock.core.errors import CheckpointError, Preempted
+from interlock.core.registry import Action, Registry
+from interlock.core.run import Run
 from interlock.core.state import TrainerState
+from interlock.core.updates import Interrupt, RestoreState, SaveCheckpoint, SetRunInfo, Update
 from interlock.plugins.strategy import Strategy
 
-__all__ = ["CHECKPOINT_FORMAT", "check_fits", "check_resumable", "dump", "restore"]
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "check_fits",
+    "check_resumable",
+    "dump",
+    "register",
+    "resolve_ckpt_path",
+    "restore",
+]
 
 CHECKPOINT_FORMAT = "interlock.checkpoint/1"
 
@@ -88,6 +102,14 @@ def check_fits(ckpt: Mapping[str, Any], module: torch.nn.Module, source: str) ->
         )
 
 
+def saved_state(ckpt: Mapping[str, Any], source: str) -> TrainerState:
+    """The trainer state a checkpoint holds; :class:`CheckpointError` when it is not a valid one."""
+    try:
+        return TrainerState.from_dict(ckpt["state"])
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"{source} holds an invalid trainer state: {exc}") from None
+
+
 def check_resumable(
     ckpt: Mapping[str, Any],
     module: torch.nn.Module,
@@ -102,10 +124,7 @@ def check_resumable(
     checkpoint is refused before the run starts.
     """
     check_fits(ckpt, module, source)
-    try:
-        state = TrainerState.from_dict(ckpt["state"])
-    except (TypeError, ValueError) as exc:
-        raise CheckpointError(f"{source} holds an invalid trainer state: {exc}") from None
+    state = saved_state(ckpt, source)
     saved_opts = ckpt.get("optimizers", [])
     if optimizers and len(saved_opts) != len(optimizers):
         raise CheckpointError(
@@ -147,3 +166,124 @@ def restore(
     for sched, saved in zip(schedulers, ckpt.get("schedulers", []), strict=False):
         sched.scheduler.load_state_dict(saved)
     return state
+
+
+def resolve_ckpt_path(ckpt_path: str | os.PathLike[str], root: Path) -> Path:
+    """``"last"`` is the newest ``last.ckpt`` under ``root``; anything else is a path."""
+    if str(ckpt_path) == "last":
+        found = sorted(root.glob("**/last.ckpt"), key=lambda p: p.stat().st_mtime)
+        if not found:
+            raise CheckpointError(f"ckpt_path='last' but there is no last.ckpt under {root}; pass a checkpoint path")
+        return found[-1]
+    return Path(ckpt_path)
+
+
+_LOADED = "interlock.checkpoint"
+
+
+def _write(run: Run, path: str) -> None:
+    """Gather the checkpoint (a collective under DDP/FSDP) and write it on rank 0."""
+    state = run.state
+    train = run.feeds.get("train")
+    if train is not None and train.last_outputs is not None:  # the epoch's train metrics, if resumed mid-way
+        state = state.replace(data={**state.data, "last_train": scalars(train.last_outputs, "train")})
+    strategy = run.hardware.strategy
+    payload = dump(
+        state,
+        run.module,
+        run.optimizers,
+        run.schedulers,
+        run.hardware.precision.state_dict(),
+        train.data.data_state() if train is not None else None,
+        strategy,
+    )
+    if strategy.is_global_zero:
+        run.checkpoint_io.save_checkpoint(payload, path)
+    strategy.barrier()
+
+
+def register(reg: Registry) -> None:
+    """``checkpoint.*`` actions and the ``SaveCheckpoint`` effect (the writer)."""
+
+    @reg.action("checkpoint.load")
+    def load(run: Run, params: Mapping[str, Any]) -> Action:
+        """Read ckpt_path and check that its weights fit the module; a resumed fit keeps writing in its run."""
+
+        def act() -> Update | None:
+            if run.plan.ckpt_path is None:
+                return None
+            path = resolve_ckpt_path(run.plan.ckpt_path, Path(run.plan.root))
+            ckpt = run.checkpoint_io.load_checkpoint(path, map_location=run.device)
+            check_fits(ckpt, run.module, str(path))
+            run.extras[_LOADED] = (ckpt, str(path))
+            if run.stage != "fit":
+                return None
+            saved = saved_state(ckpt, str(path))
+            return SetRunInfo(run_dir=saved.run_dir or run.plan.run_dir)
+
+        return act
+
+    @reg.action("checkpoint.load_weights")
+    def load_weights(run: Run, params: Mapping[str, Any]) -> Action:
+        """Load the checkpoint's weights into the module (validate/test/predict with ckpt_path)."""
+
+        def act() -> None:
+            loaded = run.extras.pop(_LOADED, None)
+            if loaded is not None:
+                run.hardware.strategy.load_model_state_dict(run.module, loaded[0]["model"])
+
+        return act
+
+    @reg.action("checkpoint.restore")
+    def restore_(run: Run, params: Mapping[str, Any]) -> Action:
+        """Resume: check the whole checkpoint against the run, load it, and return its state (the chart jumps there)."""
+
+        def act() -> list[Update] | None:
+            loaded = run.extras.pop(_LOADED, None)
+            if loaded is None:
+                return None
+            ckpt, source = loaded
+            strategy = run.hardware.strategy
+            state = restore(ckpt, run.module, run.optimizers, run.schedulers, source, strategy)
+            run.hardware.precision.load_state_dict(ckpt.get("precision", {}))
+            now = run.state  # this process's rank and run directory, not the saving process's
+            restored = state.replace(
+                stage="fit",
+                status="running",
+                global_rank=now.global_rank,
+                world_size=now.world_size,
+                run_dir=now.run_dir,
+            )
+            updates: list[Update] = [RestoreState(restored)]
+            if ckpt.get("rng") is not None:
+                updates.append(RestoreRNG(ckpt["rng"]))
+            return updates
+
+        return act
+
+    @reg.action("checkpoint.save_preempted")
+    def save_preempted(run: Run, params: Mapping[str, Any]) -> Action:
+        """Save ``last.ckpt`` here (a batch boundary) and end the fit as interrupted by the signal."""
+
+        def act() -> list[Update]:
+            path = Path(run.state.run_dir or run.plan.run_dir) / "checkpoints" / "last.ckpt"
+            return [SaveCheckpoint(str(path), "preempted"), Interrupt(Preempted(run.signals.signum))]
+
+        return act
+
+    @reg.action("checkpoint.wait")
+    def wait(run: Run, params: Mapping[str, Any]) -> Action:
+        """Wait until every checkpoint of the stage is durable; raise the first failed save."""
+        return run.checkpoint_io.wait  # type: ignore[no-any-return]
+
+    @reg.effect(SaveCheckpoint)
+    def writer(run: Run) -> Callable[[Any], None]:
+        """Write the checkpoint, then delete the files it replaces once it is in place."""
+
+        def save(request: SaveCheckpoint) -> None:
+            _write(run, request.path)
+            if run.hardware.strategy.is_global_zero:
+                for old in request.replaces:
+                    run.checkpoint_io.remove_checkpoint(old, replaced_by=request.path)
+
+        return save

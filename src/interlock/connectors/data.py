@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Iterable, Iterator, Sized
+from collections.abc import Iterable, Iterator, Mapping, Sized
 from typing import Any
 
 import torch
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Sampler, SequentialSampler
 
-__all__ = ["EpochData", "PositionSampler", "num_batches", "prepare_loader"]
+from interlock.core.registry import Action, Guard, Registry
+from interlock.core.run import Run
+from interlock.core.updates import SetDataPosition, Update
+
+__all__ = ["EpochData", "Feed", "PositionSampler", "num_batches", "prepare_loader", "register"]
 
 
 class PositionSampler(Sampler[int]):
@@ -130,9 +134,6 @@ class EpochData:
         if not isinstance(self.sampler, PositionSampler):
             self.sampler = None
         self.dataset = getattr(loader, "dataset", None)
-        #: What the latest training step returned (the epoch's train metrics come from it); a
-        #: checkpoint stores its scalars so an epoch resumed mid-way logs the same metrics.
-        self.last_outputs: Any = None
 
     @property
     def seed(self) -> int | None:
@@ -173,3 +174,106 @@ class EpochData:
         if self.sampler is None and hasattr(self.dataset, "state_dict"):
             return self.dataset.state_dict()  # type: ignore[union-attr]
         return None
+
+
+class Feed:
+    """One loader of a stage, as the chart's actions use it.
+
+    ``loader`` is what the user passed; :meth:`prepare` makes it resumable and
+    sharded (``data.setup``). ``limit`` is how many batches a loop takes (``None``:
+    until exhausted), ``it`` the open iterator, ``exhausted`` whether it ran out.
+    ``last_outputs`` keeps what the latest training step returned: the epoch's
+    training metrics come from it (a checkpoint stores its scalars).
+    """
+
+    def __init__(self, loader: Iterable[Any]) -> None:
+        self.loader = loader
+        self.data = EpochData(loader)
+        self.limit: int | None = None
+        self.it: Iterator[Any] | None = None
+        self.exhausted = False
+        self.last_outputs: Any = None
+
+    def prepare(self, world_size: int, rank: int, limit: int | float | None) -> None:
+        self.data = EpochData(prepare_loader(self.loader, world_size, rank))
+        self.limit = num_batches(self.data.loader, limit)
+
+
+def register(reg: Registry) -> None:
+    """The data connector's actions: ``data.setup``, ``data.start_epoch``, ``data.reenter``, ``data.fetch``."""
+
+    @reg.action("data.setup")
+    def setup(run: Run, params: Mapping[str, Any]) -> Action:
+        """Make every loader resumable and sharded across ranks; count the batches each loop takes."""
+
+        def act() -> None:
+            dist, cfg = run.dist, run.config
+            for key, feed in run.feeds.items():
+                limit = cfg.limit(key)
+                feed.prepare(dist.world_size if dist else 1, dist.rank if dist else 0, limit)
+
+        return act
+
+    @reg.action("data.start_epoch")
+    def start_epoch(run: Run, params: Mapping[str, Any]) -> Action:
+        """Open the training data for a new epoch (the sampler draws this epoch's order)."""
+        counters = run.counters
+
+        def act() -> Update:
+            feed = run.feeds["train"]
+            feed.data.set_epoch(counters.epoch)
+            feed.it, feed.exhausted, feed.last_outputs = feed.data.iterate(0), False, None
+            return SetDataPosition({}, replace=True)
+
+        return act
+
+    @reg.action("data.reenter")
+    def reenter(run: Run, params: Mapping[str, Any]) -> Action:
+        """On resume: re-open the epoch's training data at the saved position (no-op when it is open)."""
+        counters = run.counters
+
+        def act() -> Update | None:
+            feed = run.feeds["train"]
+            if feed.it is not None:
+                return None
+            data = run.state.data
+            feed.data.set_epoch(counters.epoch)
+            feed.exhausted = bool(data.get("exhausted"))
+            feed.last_outputs = data.get("last_train")
+            if feed.exhausted or (feed.limit is not None and counters.batch_idx >= feed.limit):
+                feed.it = iter(())  # nothing left to read: leave the loader's own state alone
+            else:
+                feed.it = feed.data.iterate(counters.batch_idx, data.get("seed"), data.get("dataset"))
+            return SetDataPosition({k: v for k, v in data.items() if k not in ("dataset", "last_train")}, replace=True)
+
+        return act
+
+    @reg.action("data.fetch")
+    def fetch(run: Run, params: Mapping[str, Any]) -> Action:
+        """Take the next training batch (moved to the device); note when the epoch's data ran out."""
+        step, counters = run.step, run.counters
+        feed: Feed | None = None
+        prepare: Any = None
+
+        def act() -> Update | None:
+            nonlocal feed, prepare
+            if feed is None:  # bound before setup made them: read once, on the first batch
+                feed, prepare = run.feeds["train"], run.prepare_batch
+            try:
+                batch = next(feed.it)  # type: ignore[arg-type]
+            except StopIteration:
+                step.fetched, feed.exhausted = False, True
+                return SetDataPosition({"exhausted": True})
+            step.batch = batch if prepare is None else prepare(batch)
+            step.index, step.fetched = counters.batch_idx, True
+            if counters.batch_idx == 0:  # the epoch's order is known now
+                return SetDataPosition({"seed": feed.data.seed, "epoch": counters.epoch})
+            return None
+
+        return act
+
+    @reg.guard("data.fetched")
+    def fetched(run: Run, params: Mapping[str, Any]) -> Guard:
+        """A batch was fetched (the epoch's data did not run out)."""
+        step = run.step
+        return lambda: step.fetched

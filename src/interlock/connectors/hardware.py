@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,12 +11,15 @@ import torch
 
 from interlock.accelerators.base import Accelerator
 from interlock.accelerators.registry import select_accelerator
+from interlock.core.registry import Action, Registry
+from interlock.core.run import Run
+from interlock.core.updates import SetRunInfo
 from interlock.plugins.ddp import DDPSpawnStrategy, DDPStrategy
 from interlock.plugins.environments import ClusterEnvironment, LocalEnvironment, detect_environment
 from interlock.plugins.precision import Precision, precision_plugin
 from interlock.plugins.strategy import SingleDevice, Strategy
 
-__all__ = ["STRATEGIES", "Hardware", "resolve_hardware"]
+__all__ = ["STRATEGIES", "Hardware", "register", "resolve_hardware"]
 
 STRATEGIES = ("auto", "single_device", "ddp", "ddp_spawn", "fsdp")
 
@@ -99,7 +103,8 @@ def build_strategy(name: str, num_devices: int, environment: ClusterEnvironment 
     if name == "ddp_spawn":
         return DDPSpawnStrategy(num_devices)
     if name == "fsdp":
-        return _fsdp()(num_devices, environment)
+        strategy: Strategy = _fsdp()(num_devices, environment)
+        return strategy
     raise ValueError(f"Trainer(strategy={name!r}) is invalid: choose one of {', '.join(repr(s) for s in STRATEGIES)}")
 
 
@@ -108,3 +113,75 @@ def _fsdp() -> Any:
     from interlock.plugins.fsdp import FSDPStrategy
 
     return FSDPStrategy
+
+
+def register(reg: Registry) -> None:
+    """The plugins' actions, dispatched by the chart: ``accelerator.*``, ``strategy.*``, ``precision.*``."""
+
+    @reg.action("accelerator.setup")
+    def accelerator_setup(run: Run, params: Mapping[str, Any]) -> Action:
+        """Select this process's device; batches are moved to it when it is not the CPU."""
+
+        def act() -> None:
+            hw: Hardware = run.hardware
+            run.device = device = hw.device
+            hw.accelerator.setup_device(device)
+            move = None if device.type == "cpu" else (lambda batch: hw.accelerator.move_to_device(batch, device))
+            convert = hw.precision.input_converter()
+            if move is not None and convert is not None:
+                run.prepare_batch = lambda batch: convert(move(batch))
+            else:
+                run.prepare_batch = move or convert
+
+        return act
+
+    @reg.action("strategy.setup_environment")
+    def setup_environment(run: Run, params: Mapping[str, Any]) -> Action:
+        """Join the process group (DDP/FSDP) on the accelerator's backend."""
+
+        def act() -> SetRunInfo:
+            hw: Hardware = run.hardware
+            hw.strategy.setup_environment(run.device, hw.accelerator.default_backend())
+            return SetRunInfo(
+                run_dir=run.plan.run_dir, global_rank=hw.strategy.global_rank, world_size=hw.strategy.world_size
+            )
+
+        return act
+
+    @reg.action("precision.convert_module")
+    def convert_module(run: Run, params: Mapping[str, Any]) -> Action:
+        """Move the module to the device and cast it to the precision's parameter dtype."""
+
+        def act() -> None:
+            run.module = run.hardware.precision.convert_module(run.module.to(run.device))
+
+        return act
+
+    @reg.action("strategy.setup_module")
+    def setup_module(run: Run, params: Mapping[str, Any]) -> Action:
+        """Wrap the module as the strategy needs (DDP, FSDP); say once which hardware runs the stage."""
+
+        def act() -> None:
+            hw: Hardware = run.hardware
+            run.dist = dist = hw.strategy.setup_module(run.module, run.device)
+            run.steps.clear()
+            run.steps.update(dist.steps)
+            if run.stage == "fit" and hw.strategy.is_global_zero:
+                print(hw.describe(), file=sys.stderr)
+
+        return act
+
+    @reg.action("precision.backward")
+    def backward(run: Run, params: Mapping[str, Any]) -> Action:
+        """Backpropagate the step's loss (scaled for 16-mixed, divided by accumulate_grad_batches)."""
+        return run.hardware.precision.backward_action(run.step, run.config.accumulate_grad_batches)  # type: ignore[no-any-return]
+
+    @reg.action("strategy.teardown")
+    def strategy_teardown(run: Run, params: Mapping[str, Any]) -> Action:
+        """Release the strategy's wrappers (the process group stays for the next stage)."""
+        return run.hardware.strategy.teardown  # type: ignore[no-any-return]
+
+    @reg.action("accelerator.teardown")
+    def accelerator_teardown(run: Run, params: Mapping[str, Any]) -> Action:
+        """Release what the accelerator holds."""
+        return run.hardware.accelerator.teardown  # type: ignore[no-any-return]

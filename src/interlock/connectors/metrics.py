@@ -7,15 +7,21 @@ from typing import Any
 
 import torch
 
-__all__ = ["batch_size", "loss_of", "scalars"]
+from interlock.core.registry import Action, Registry
+from interlock.core.run import Run
+from interlock.core.updates import AppendHistory, LogMetrics, Update
+
+__all__ = ["batch_size", "loss_of", "register", "scalars"]
 
 
 def loss_of(outputs: Any, step: str = "training_step") -> torch.Tensor:
     """The loss tensor in what a training step returned."""
     if isinstance(outputs, torch.Tensor):
         return outputs
-    if isinstance(outputs, Mapping) and isinstance(outputs.get("loss"), torch.Tensor):
-        return outputs["loss"]
+    if isinstance(outputs, Mapping):
+        loss = outputs.get("loss")
+        if isinstance(loss, torch.Tensor):
+            return loss
     raise TypeError(
         f"{step} returned {type(outputs).__name__}; return the loss tensor or a dict with a 'loss' tensor "
         f"(got keys {sorted(outputs) if isinstance(outputs, Mapping) else 'n/a'})"
@@ -56,3 +62,24 @@ def batch_size(batch: Any) -> int:
             if n:
                 return n
     return 1
+
+
+def register(reg: Registry) -> None:
+    """``metrics.log_train``."""
+
+    @reg.action("metrics.log_train")
+    def log_train(run: Run, params: Mapping[str, Any]) -> Action:
+        """Log the epoch's training metrics: the scalars of its latest step, averaged over processes."""
+
+        def act() -> list[Update] | None:
+            outputs = run.feeds["train"].last_outputs
+            if outputs is None:
+                return None
+            metrics = scalars(outputs, "train")
+            if run.dist is not None and run.dist.reduce_metrics is not None:
+                metrics = run.dist.reduce_metrics(metrics)
+            c = run.counters
+            row = {"stage": "train", "epoch": c.epoch, "global_step": c.global_step, **metrics}
+            return [LogMetrics(metrics), AppendHistory(row)]
+
+        return act

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
 import torch
 
-__all__ = ["Scheduler", "configure_optimizers", "step_schedulers"]
+from interlock.core.registry import Action, Guard, Registry
+from interlock.core.run import Run
+from interlock.core.updates import ReplaceOptimizer, SetLearningRate
+
+__all__ = ["Scheduler", "configure_optimizers", "register", "step_schedulers"]
 
 
 @attrs.define
@@ -94,3 +98,85 @@ def step_schedulers(schedulers: list[Scheduler], interval: str, count: int, metr
             s.scheduler.step(metrics[s.monitor])
         else:
             s.scheduler.step()
+
+
+def _check_index(run: Run, index: int, what: str) -> None:
+    if not run.optimizers:
+        raise RuntimeError(f"{what} cannot be applied outside a fit (no optimizer yet)")
+    if not 0 <= index < len(run.optimizers):
+        raise IndexError(f"optimizer index {index} is out of range: the module has {len(run.optimizers)} optimizer(s)")
+
+
+def register(reg: Registry) -> None:
+    """``optim.*`` actions and guard, and the ``SetLearningRate`` / ``ReplaceOptimizer`` effects."""
+
+    @reg.action("optim.configure")
+    def configure(run: Run, params: Mapping[str, Any]) -> Action:
+        """Build the optimizers and LR schedulers the module's configure_optimizers() returns."""
+
+        def act() -> None:
+            module: Any = run.module
+            run.optimizers[:], run.schedulers[:] = configure_optimizers(module.configure_optimizers())
+
+        return act
+
+    @reg.guard("optim.step_due")
+    def step_due(run: Run, params: Mapping[str, Any]) -> Guard:
+        """The batch closes an accumulation window (accumulate_grad_batches) or the epoch's last batch."""
+        accumulate, step = run.config.accumulate_grad_batches, run.step
+        if accumulate == 1:
+            return lambda: True
+
+        def due() -> bool:
+            limit = run.feeds["train"].limit
+            i = step.index + 1
+            return i % accumulate == 0 or (limit is not None and i >= limit)
+
+        return due
+
+    @reg.action("optim.step")
+    def step(run: Run, params: Mapping[str, Any]) -> Action:
+        """Step every optimizer through the precision plugin (clipping first), zero the grads, step schedulers."""
+        cfg, counters, schedulers = run.config, run.counters, run.schedulers
+        stepper = run.hardware.precision.step_action(
+            run.optimizers, cfg.gradient_clip_val, cfg.gradient_clip_algorithm == "norm"
+        )
+
+        def act() -> None:
+            stepper()
+            if schedulers:
+                step_schedulers(schedulers, "step", counters.global_step + 1, run.facts.metrics)
+
+        return act
+
+    @reg.action("optim.step_epoch_schedulers")
+    def step_epoch(run: Run, params: Mapping[str, Any]) -> Action:
+        """Step the LR schedulers that step once an epoch."""
+        counters = run.counters
+
+        def act() -> None:
+            if run.schedulers:
+                step_schedulers(run.schedulers, "epoch", counters.epoch + 1, run.facts.metrics)
+
+        return act
+
+    @reg.effect(SetLearningRate)
+    def set_lr(run: Run) -> Callable[[Any], None]:
+        """Set the learning rate of every param group of one optimizer."""
+
+        def apply(update: SetLearningRate) -> None:
+            _check_index(run, update.optimizer, "SetLearningRate")
+            for group in run.optimizers[update.optimizer].param_groups:
+                group["lr"] = update.lr
+
+        return apply
+
+    @reg.effect(ReplaceOptimizer)
+    def replace(run: Run) -> Callable[[Any], None]:
+        """Swap one optimizer for a new one over the module's parameters."""
+
+        def apply(update: ReplaceOptimizer) -> None:
+            _check_index(run, update.index, "ReplaceOptimizer")
+            run.optimizers[update.index] = update.factory(run.module.parameters())
+
+        return apply

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from typing import Any
 
+import attrs
 import torch
 
-__all__ = ["get_rng_states", "seed_everything", "set_rng_states"]
+from interlock.core.registry import Action, Registry
+from interlock.core.run import Run
+from interlock.core.updates import SetRunInfo, Update
+
+__all__ = ["RestoreRNG", "get_rng_states", "register", "seed_everything", "set_rng_states"]
 
 
 def seed_everything(seed: int) -> None:
@@ -30,8 +36,8 @@ def get_rng_states() -> dict[str, Any]:
     try:
         import numpy as np
 
-        kind, keys, pos, has_gauss, cached = np.random.get_state()
-        states["numpy"] = [kind, torch.from_numpy(keys.copy()), int(pos), int(has_gauss), float(cached)]
+        kind, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
+        states["numpy"] = [kind, torch.from_numpy(np.array(keys, copy=True)), int(pos), int(has_gauss), float(cached)]
     except ImportError:  # pragma: no cover
         pass
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -51,3 +57,31 @@ def set_rng_states(states: dict[str, Any]) -> None:
         np.random.set_state((kind, keys.numpy(), int(pos), int(has_gauss), float(cached)))
     if "cuda" in states and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(states["cuda"])
+
+
+@attrs.frozen
+class RestoreRNG(Update):
+    """Effect: set every global RNG to a checkpoint's states (returned with a restore, applied after re-entry)."""
+
+    states: dict[str, Any] = attrs.field(eq=False)
+
+
+def register(reg: Registry) -> None:
+    """``rng.seed`` and the ``RestoreRNG`` effect."""
+
+    @reg.action("rng.seed")
+    def seed(run: Run, params: Mapping[str, Any]) -> Action:
+        """Seed python, numpy and torch with Trainer(seed=) (nothing without one)."""
+
+        def act() -> SetRunInfo | None:
+            if run.plan.seed is None:
+                return None
+            seed_everything(run.plan.seed)
+            return SetRunInfo(seed=run.plan.seed)
+
+        return act
+
+    @reg.effect(RestoreRNG)
+    def restore(run: Run) -> Any:
+        """Set the global RNGs to the saved states."""
+        return lambda update: set_rng_states(update.states)

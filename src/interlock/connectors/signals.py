@@ -1,14 +1,23 @@
-"""Preemption signals: the handler only records the signal; loops act on it."""
+"""Preemption signals and stop requests: the handler only records the signal; the chart acts on it.
+
+``signals.vote`` at each training batch end agrees, across processes and without
+blocking, on whether to stop or save-and-exit; ``signals.preempted`` (that vote)
+and ``signals.preempted_now`` (a blocking agreement, at validation batches and
+epoch ends) are the guards of the chart's ``preempt`` transitions.
+"""
 
 from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from types import FrameType
 from typing import Any
 
-__all__ = ["PreemptionFlag"]
+from interlock.core.registry import Action, Guard, Registry
+from interlock.core.run import Run
+
+__all__ = ["PreemptionFlag", "Signals", "register"]
 
 
 class PreemptionFlag:
@@ -37,3 +46,73 @@ class PreemptionFlag:
         for sig, previous in self._previous.items():
             signal.signal(sig, previous)
         self._previous.clear()
+
+
+class Signals:
+    """The run's preemption flag and what the processes last agreed: stop, preempted."""
+
+    def __init__(self, flag: PreemptionFlag) -> None:
+        self.flag = flag
+        self.stop = False
+        self.preempted = False
+
+    @property
+    def signum(self) -> int:
+        return self.flag.received if self.flag.received is not None else int(signal.SIGTERM)
+
+
+def register(reg: Registry) -> None:
+    """``signals.*`` actions and guards."""
+
+    @reg.action("signals.install")
+    def install(run: Run, params: Mapping[str, Any]) -> Action:
+        """Catch preemption signals (SIGTERM; SIGUSR1 under SLURM): a save and a clean exit follow."""
+        return run.signals.flag.install  # type: ignore[no-any-return]
+
+    @reg.action("signals.uninstall")
+    def uninstall(run: Run, params: Mapping[str, Any]) -> Action:
+        """Give the signals back to their previous handlers."""
+        return run.signals.flag.uninstall  # type: ignore[no-any-return]
+
+    @reg.action("signals.vote")
+    def vote(run: Run, params: Mapping[str, Any]) -> Action:
+        """Agree across processes, without blocking, whether to stop or to save and exit."""
+        signals, counters = run.signals, run.counters
+
+        def act() -> None:
+            stop, preempted = run.facts.should_stop, signals.flag.received is not None
+            vote = run.dist.vote if run.dist is not None else None
+            if vote is not None:
+                stop, preempted = vote(counters.train_batches, stop, preempted)
+            signals.stop, signals.preempted = stop, preempted
+
+        return act
+
+    @reg.action("signals.drain")
+    def drain(run: Run, params: Mapping[str, Any]) -> Action:
+        """Wait for the vote in flight: no collective is left running."""
+
+        def act() -> None:
+            vote = run.dist.vote if run.dist is not None else None
+            if vote is not None:
+                vote.drain()
+
+        return act
+
+    @reg.guard("signals.preempted")
+    def preempted(run: Run, params: Mapping[str, Any]) -> Guard:
+        """The processes agreed (at the latest vote) that a preemption signal arrived."""
+        signals = run.signals
+        return lambda: signals.preempted
+
+    @reg.guard("signals.preempted_now")
+    def preempted_now(run: Run, params: Mapping[str, Any]) -> Guard:
+        """A preemption signal arrived in some process (a blocking agreement)."""
+
+        def now() -> bool:
+            received = run.signals.flag.received is not None
+            agree = run.dist.agree if run.dist is not None else None
+            run.signals.preempted = agree(received) if agree is not None else received
+            return run.signals.preempted  # type: ignore[no-any-return]
+
+        return now

@@ -1,16 +1,24 @@
-"""The lifecycle statechart: loaded from data, validated, compiled to a table.
+"""The lifecycle statechart: loaded from data, validated, compiled for the interpreter.
 
-The YAML file in ``statecharts/`` is the single definition. :class:`Chart` parses
-it, checks it, builds the equivalent ``transitions`` hierarchical machine (the
-reference interpreter, used for validation, rendering and agreement tests) and
-compiles a flat ``{leaf: {trigger: leaf}}`` table that the loops step through on
-the hot path. :meth:`Chart.transition` is the pure ``(state, trigger) -> state``.
+The YAML file in ``statecharts/`` is the program. A state names its work
+(``entry``/``exit`` actions) and its ways out: ``always`` transitions, tried in
+order after the entry actions, each with an optional ``guard`` (the last one has
+none: the default), and ``on`` events sent from outside (``setup``, ``fail``,
+``interrupt``). Actions and guards are referred to by name and registered apart
+(:class:`~interlock.core.registry.Registry`), so a chart parses, validates and
+renders without running anything.
+
+:meth:`Chart.transition` is the pure ``(leaf, trigger) -> leaf`` step and
+:meth:`Chart.choose` the pure ``(leaf, guard outcomes) -> transition`` decision;
+:meth:`Chart.compile_leaf` gives the interpreter each leaf's work and transitions
+with the exit and entry actions of the compound states they cross.
 """
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -20,7 +28,46 @@ import yaml
 
 from interlock.core.errors import ChartError, IllegalTransition
 
-__all__ = ["Chart", "StateSpec", "Transition", "load_chart"]
+__all__ = ["ActionRef", "Chart", "Leaf", "StateSpec", "Transition", "TransitionSpec", "load_chart"]
+
+#: Events the runtime sends from outside: a stage starts, an action failed, the user interrupted.
+EXTERNAL_EVENTS = ("setup", "fail", "interrupt")
+_STATE_KEYS = {
+    "states",
+    "initial",
+    "on",
+    "always",
+    "entry",
+    "exit",
+    "final",
+    "checkpoint",
+    "with",
+    "payload",
+    "count",
+    "doc",
+    "resume_at",
+}
+_TRANSITION_KEYS = {"trigger", "target", "guard", "do", "count"}
+
+
+@attrs.frozen
+class ActionRef:
+    """One use of a named action, with the state whose ``with:`` parameters it gets."""
+
+    name: str
+    where: str
+
+
+@attrs.frozen
+class TransitionSpec:
+    """A transition as declared on a state (target resolved to a path, maybe compound)."""
+
+    trigger: str
+    target: str
+    guard: str | None = None
+    do: tuple[str, ...] = ()
+    count: tuple[str, ...] = ()
+    eventless: bool = True
 
 
 @attrs.frozen
@@ -32,25 +79,65 @@ class StateSpec:
     children: tuple[str, ...] = ()
     initial: str | None = None
     on: Mapping[str, str] = attrs.field(factory=dict)
+    always: tuple[TransitionSpec, ...] = ()
+    entry: tuple[str, ...] = ()
+    exit: tuple[str, ...] = ()
     final: bool = False
     checkpoint: bool = False
+    params: Mapping[str, Any] = attrs.field(factory=dict)
+    payload: tuple[str, ...] = ()
+    count: tuple[str, ...] = ()
+    doc: str = ""
+    resume_at: str | None = None
 
     @property
     def is_leaf(self) -> bool:
         return not self.children
 
+    def declared(self) -> Iterator[TransitionSpec]:
+        """Every transition declared here: the ``always`` ones in order, then the ``on`` events."""
+        yield from self.always
+        for trigger, target in self.on.items():
+            yield TransitionSpec(trigger, target, eventless=False)
+
 
 @attrs.frozen
 class Transition:
-    """A compiled transition between two leaf states."""
+    """A compiled transition between two leaf states.
+
+    ``actions`` run on the way out: exit actions of the states left (innermost
+    first), then the transition's own ``do``. Then the counters change (``count``),
+    then ``enters`` run: entry actions of the compound states entered (outermost
+    first). The target leaf's own entry actions run after its event.
+    """
 
     source: str
     trigger: str
     dest: str
+    guard: str | None = attrs.field(default=None, eq=False)
+    actions: tuple[ActionRef, ...] = attrs.field(default=(), eq=False)
+    count: tuple[str, ...] = attrs.field(default=(), eq=False)
+    eventless: bool = attrs.field(default=True, eq=False)
+    enters: tuple[ActionRef, ...] = attrs.field(default=(), eq=False)
+
+
+@attrs.frozen
+class Leaf:
+    """What the interpreter needs of one leaf: its work and its ways out."""
+
+    path: str
+    entry: tuple[ActionRef, ...]
+    always: tuple[Transition, ...]
+    on: Mapping[str, Transition]
+    payload: tuple[str, ...]
+    checkpoint: bool
+    final: bool
 
 
 def _resolve(target: str, declared_in: str | None) -> str:
     """Resolve a target written in the chart to an absolute path."""
+    if target.startswith("#"):
+        return target[1:]
     if "." in target:
         return target
     base = declared_in.split(".")[:-1] if declared_in else []
@@ -60,26 +147,41 @@ def _resolve(target: str, declared_in: str | None) -> str:
     return ".".join([*base, target])
 
 
+def _names(value: Any, what: str, path: str, errors: list[str]) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        errors.append(f"state {path!r}: {what} must be a name or a list of names, got {value!r}")
+        return ()
+    return tuple(value)
+
+
 class Chart:
-    """A validated statechart with its compiled transition table."""
+    """A validated statechart with its compiled transitions."""
 
     def __init__(self, data: Mapping[str, Any], source: str = "<chart>") -> None:
         self.source = source
         self.data = data
         self.states: dict[str, StateSpec] = {}
         errors: list[str] = []
-        self._parse(data, None, errors)
+        self._parse(data, None, {}, errors)
         self.initial = self._enter(_resolve(str(data.get("initial", "")), None), errors)
         self._check_targets(errors)
         if errors:
             raise ChartError(source, errors)
-        self.table: dict[str, dict[str, str]] = self._compile()
-        unreachable = sorted(set(self.leaves) - self._reachable())
-        if unreachable:
-            raise ChartError(source, [f"state {s!r} is unreachable from {self.initial!r}" for s in unreachable])
+        self.leaf_specs: dict[str, Leaf] = {leaf: self._compile_leaf(leaf) for leaf in self.leaves}
+        self.table: dict[str, dict[str, str]] = {
+            leaf: {t.trigger: t.dest for t in (*spec.always, *spec.on.values())}
+            for leaf, spec in self.leaf_specs.items()
+        }
+        errors = self._check_structure()
+        if errors:
+            raise ChartError(source, errors)
 
     # -- parsing -----------------------------------------------------------------
-    def _parse(self, node: Mapping[str, Any], parent: str | None, errors: list[str]) -> None:
+    def _parse(self, node: Mapping[str, Any], parent: str | None, params: Mapping[str, Any], errors: list[str]) -> None:
         states = node.get("states") or {}
         if not isinstance(states, Mapping) or not states:
             errors.append(f"{parent or 'the chart'} has no states")
@@ -89,27 +191,91 @@ class Chart:
                 continue
             path = f"{parent}.{name}" if parent else str(name)
             spec = spec or {}
-            unknown = set(spec) - {"states", "initial", "on", "final", "checkpoint"}
+            if not isinstance(spec, Mapping):
+                errors.append(f"state {path!r} must be a mapping, got {spec!r}")
+                continue
+            unknown = set(spec) - _STATE_KEYS
             if unknown:
-                errors.append(f"state {path!r} has unknown keys {sorted(unknown)}")
+                errors.append(f"state {path!r} has unknown keys {sorted(unknown)}; allowed: {sorted(_STATE_KEYS)}")
             children = tuple(f"{path}.{c}" for c in (spec.get("states") or {}) if not str(c).startswith("_"))
             initial = spec.get("initial")
             if children and initial is None:
                 errors.append(f"compound state {path!r} has no 'initial'")
             if initial is not None and f"{path}.{initial}" not in children:
                 errors.append(f"state {path!r} has initial {initial!r}, which is not one of its states")
-            on = {str(t): _resolve(str(dst), path) for t, dst in (spec.get("on") or {}).items()}
+            own = spec.get("with") or {}
+            if not isinstance(own, Mapping):
+                errors.append(f"state {path!r}: 'with' must be a mapping of action parameters, got {own!r}")
+                own = {}
+            merged = {**params, **own}
+            on = spec.get("on") or {}
+            if not isinstance(on, Mapping):
+                errors.append(f"state {path!r}: 'on' must map events to targets, got {on!r}")
+                on = {}
             self.states[path] = StateSpec(
                 path=path,
                 parent=parent,
                 children=children,
                 initial=f"{path}.{initial}" if initial is not None else None,
-                on=on,
+                on={str(t): _resolve(str(dst), path) for t, dst in on.items()},
+                always=self._parse_always(spec.get("always"), path, errors),
+                entry=_names(spec.get("entry"), "entry", path, errors),
+                exit=_names(spec.get("exit"), "exit", path, errors),
                 final=bool(spec.get("final", False)),
                 checkpoint=bool(spec.get("checkpoint", False)),
+                params=merged,
+                payload=_names(spec.get("payload"), "payload", path, errors),
+                count=_names(spec.get("count"), "count", path, errors),
+                doc=str(spec.get("doc", "")),
+                resume_at=_resolve(str(spec["resume_at"]), path) if spec.get("resume_at") else None,
             )
             if children:
-                self._parse(spec, path, errors)
+                self._parse(spec, path, merged, errors)
+
+    def _parse_always(self, items: Any, path: str, errors: list[str]) -> tuple[TransitionSpec, ...]:
+        if items is None:
+            return ()
+        if not isinstance(items, list) or not items:
+            errors.append(f"state {path!r}: 'always' must be a non-empty list of transitions")
+            return ()
+        out: list[TransitionSpec] = []
+        for i, item in enumerate(items):
+            where = f"state {path!r}, always[{i}]"
+            if not isinstance(item, Mapping) or "trigger" not in item or "target" not in item:
+                errors.append(f"{where} must be a mapping with 'trigger' and 'target', got {item!r}")
+                continue
+            unknown = set(item) - _TRANSITION_KEYS
+            if unknown:
+                errors.append(f"{where} has unknown keys {sorted(unknown)}; allowed: {sorted(_TRANSITION_KEYS)}")
+            guard = item.get("guard")
+            if guard is not None and (not isinstance(guard, str) or not guard):
+                errors.append(f"{where}: guard must be a name, got {guard!r}")
+                guard = None
+            out.append(
+                TransitionSpec(
+                    trigger=str(item["trigger"]),
+                    target=_resolve(str(item["target"]), path),
+                    guard=guard,
+                    do=_names(item.get("do"), "do", path, errors),
+                    count=_names(item.get("count"), "count", path, errors),
+                )
+            )
+        triggers = [t.trigger for t in out]
+        dupes = sorted({t for t in triggers if triggers.count(t) > 1})
+        if dupes:
+            errors.append(f"state {path!r}: trigger(s) {dupes} appear twice in 'always'")
+        for t in out[:-1]:
+            if t.guard is None:
+                errors.append(
+                    f"state {path!r}: 'always' transition {t.trigger!r} has no guard but is not the last one; "
+                    "the transitions after it could never be taken"
+                )
+        if out and out[-1].guard is not None:
+            errors.append(
+                f"state {path!r}: the last 'always' transition ({out[-1].trigger!r}) has guard "
+                f"{out[-1].guard!r}; the last one is the default and takes no guard"
+            )
+        return tuple(out)
 
     def _enter(self, path: str, errors: list[str] | None = None) -> str:
         """The leaf entered when ``path`` is entered (follows ``initial``)."""
@@ -119,24 +285,80 @@ class Chart:
                 errors.append(f"the initial state {path!r} does not exist")
             return path
         while spec.children and spec.initial in self.states:
-            spec = self.states[spec.initial]  # type: ignore[index]
+            spec = self.states[spec.initial]
         return spec.path
 
     def _check_targets(self, errors: list[str]) -> None:
         for spec in self.states.values():
-            for trigger, target in spec.on.items():
-                if target not in self.states:
-                    errors.append(f"state {spec.path!r}: trigger {trigger!r} goes to {target!r}, which does not exist")
+            if spec.resume_at is not None and spec.resume_at not in self.states:
+                errors.append(f"state {spec.path!r}: resume_at {spec.resume_at!r} does not exist")
+            for t in spec.declared():
+                if t.target not in self.states:
+                    errors.append(
+                        f"state {spec.path!r}: trigger {t.trigger!r} goes to {t.target!r}, which does not exist"
+                    )
 
-    def _compile(self) -> dict[str, dict[str, str]]:
-        table: dict[str, dict[str, str]] = {}
-        for leaf in self.leaves:
-            row: dict[str, str] = {}
-            for ancestor in self.ancestors(leaf):  # leaf first: the nearest declaration wins
-                for trigger, target in self.states[ancestor].on.items():
-                    row.setdefault(trigger, self._enter(target))
-            table[leaf] = row
-        return table
+    def _crossing(self, source: str, target: str) -> tuple[list[str], list[str]]:
+        """States left (innermost first) and entered (outermost first) going from leaf ``source`` to ``target``."""
+        dest = self._enter(target)
+        left = list(self.ancestors(source))
+        entered = list(self.ancestors(dest))
+        common = next((a for a in left if a in entered and a not in (source, dest)), None)
+        if source == dest:  # a self-transition leaves and re-enters the leaf
+            return [source], [dest]
+        exits = left[: left.index(common)] if common else left
+        enters = entered[: entered.index(common)] if common else entered
+        return exits, list(reversed(enters))
+
+    def _compile(self, source: str, declared_in: str, spec: TransitionSpec) -> Transition:
+        exits, enters = self._crossing(source, spec.target)
+        actions: list[ActionRef] = [ActionRef(a, s) for s in exits for a in self.states[s].exit]
+        actions += [ActionRef(a, declared_in) for a in spec.do]
+        entries = tuple(ActionRef(a, s) for s in enters[:-1] for a in self.states[s].entry)
+        count = (*spec.count, *(c for s in enters for c in self.states[s].count))
+        return Transition(source, spec.trigger, enters[-1], spec.guard, tuple(actions), count, spec.eventless, entries)
+
+    def _compile_leaf(self, leaf: str) -> Leaf:
+        spec = self.states[leaf]
+        on: dict[str, Transition] = {}
+        for ancestor in self.ancestors(leaf):  # leaf first: the nearest declaration wins
+            for trigger, target in self.states[ancestor].on.items():
+                if trigger not in on:
+                    on[trigger] = self._compile(leaf, ancestor, TransitionSpec(trigger, target, eventless=False))
+        return Leaf(
+            path=leaf,
+            entry=tuple(ActionRef(a, leaf) for a in spec.entry),
+            always=tuple(self._compile(leaf, leaf, t) for t in spec.always),
+            on=on,
+            payload=spec.payload,
+            checkpoint=spec.checkpoint,
+            final=spec.final,
+        )
+
+    def _check_structure(self) -> list[str]:
+        errors: list[str] = []
+        for leaf, spec in self.leaf_specs.items():
+            events = set(spec.on) - {"fail", "interrupt"}
+            if not spec.final and not spec.always and not events:
+                errors.append(
+                    f"state {leaf!r} has no 'always' transition and waits for no event: a run would stop "
+                    "there; give it an 'always' list ending in a default, or make it final"
+                )
+            works = spec.entry or any(t.guard or t.actions for t in spec.always)
+            missing = [e for e in ("fail", "interrupt") if e not in spec.on]
+            if works and missing:
+                errors.append(
+                    f"state {leaf!r} runs actions but has no {' or '.join(repr(m) for m in missing)} transition "
+                    "(declare `on: {fail: ..., interrupt: ...}` on it or a state above it)"
+                )
+        reachable = self._reachable()
+        errors += [f"state {s!r} is unreachable from {self.initial!r}" for s in self.leaves if s not in reachable]
+        finals = self.final_states
+        if not finals:
+            errors.append("the chart has no final state (mark the states a run ends in with `final: true`)")
+        ends = self._reaching(finals)
+        errors += [f"state {s!r} cannot reach a final state" for s in self.leaves if s in reachable and s not in ends]
+        return errors
 
     def _reachable(self) -> set[str]:
         seen, todo = {self.initial}, [self.initial]
@@ -145,6 +367,20 @@ class Chart:
                 if dest not in seen:
                     seen.add(dest)
                     todo.append(dest)
+        return seen
+
+    def _reaching(self, targets: set[str]) -> set[str]:
+        back: dict[str, set[str]] = {}
+        for source, row in self.table.items():
+            for dest in row.values():
+                back.setdefault(dest, set()).add(source)
+        seen = set(targets)
+        todo = list(targets)
+        while todo:
+            for source in back.get(todo.pop(), ()):
+                if source not in seen:
+                    seen.add(source)
+                    todo.append(source)
         return seen
 
     # -- queries -----------------------------------------------------------------
@@ -156,7 +392,7 @@ class Chart:
     @property
     def triggers(self) -> set[str]:
         """Every trigger the chart declares."""
-        return {t for s in self.states.values() for t in s.on}
+        return {t.trigger for s in self.states.values() for t in s.declared()}
 
     @property
     def checkpoint_states(self) -> set[str]:
@@ -175,7 +411,7 @@ class Chart:
 
     def transitions(self) -> list[Transition]:
         """Every compiled leaf-to-leaf transition."""
-        return [Transition(s, t, d) for s, row in self.table.items() for t, d in row.items()]
+        return [t for spec in self.leaf_specs.values() for t in (*spec.always, *spec.on.values())]
 
     def transition(self, state: str, trigger: str) -> str:
         """Pure step function: the leaf reached from ``state`` by ``trigger``."""
@@ -184,46 +420,77 @@ class Chart:
         except KeyError:
             raise IllegalTransition(state, trigger, sorted(self.table.get(state, ()))) from None
 
-    def check_triggers(self, fired: Iterable[str]) -> None:
-        """Raise if the chart declares a trigger no loop fires, or a loop fires an undeclared one."""
-        fired = set(fired)
-        errors = [f"trigger {t!r} is declared but no loop fires it" for t in sorted(self.triggers - fired)]
-        errors += [f"trigger {t!r} is fired by a loop but not declared" for t in sorted(fired - self.triggers)]
+    def choose(self, state: str, holds: Callable[[str], bool]) -> Transition | None:
+        """Pure decision: the first ``always`` transition of ``state`` whose guard holds (``None``: it waits)."""
+        for t in self.leaf_specs[state].always:
+            if t.guard is None or holds(t.guard):
+                return t
+        return None
+
+    def resume_point(self, saved: str) -> str:
+        """The leaf a run saved in ``saved`` resumes at; raise when the chart cannot resume there."""
+        spec = self.states.get(saved)
+        if spec is not None and spec.resume_at is not None:
+            return self._enter(spec.resume_at)
+        if spec is None or not spec.is_leaf or not spec.checkpoint:
+            ok = sorted(p for p, s in self.states.items() if s.checkpoint)
+            raise ChartError(
+                self.source,
+                [f"a checkpoint saved in state {saved!r} cannot be resumed by this chart; resumable states: {ok}"],
+            )
+        return saved
+
+    def guard_of(self, source: str, trigger: str) -> str | None:
+        """The guard that decides the transition ``trigger`` out of ``source`` (``None``: a default or an event)."""
+        for t in self.leaf_specs.get(source, _NO_LEAF).always:
+            if t.trigger == trigger:
+                return t.guard
+        return None
+
+    # -- what the chart refers to ------------------------------------------------
+    def actions(self) -> set[str]:
+        """Every action name the chart uses."""
+        out: set[str] = set()
+        for s in self.states.values():
+            out.update(s.entry, s.exit)
+            for t in s.always:
+                out.update(t.do)
+        return out
+
+    def guards(self) -> set[str]:
+        """Every guard name the chart uses."""
+        return {t.guard for s in self.states.values() for t in s.always if t.guard is not None}
+
+    def counters(self) -> set[str]:
+        """Every counter operation the chart uses."""
+        return {c for s in self.states.values() for c in (*s.count, *(c for t in s.always for c in t.count))}
+
+    def payload_keys(self) -> set[str]:
+        return {k for s in self.states.values() for k in s.payload}
+
+    def check_names(
+        self,
+        actions: Iterable[str],
+        guards: Iterable[str],
+        counters: Iterable[str] = (),
+        payload: Iterable[str] = (),
+    ) -> None:
+        """Raise :class:`ChartError` naming every action, guard, counter or payload key nobody registered."""
+        errors: list[str] = []
+        for what, used, known in (
+            ("action", self.actions(), set(actions)),
+            ("guard", self.guards(), set(guards)),
+            ("counter", self.counters(), set(counters)),
+            ("payload key", self.payload_keys(), set(payload)),
+        ):
+            for name in sorted(used - known):
+                close = [k for k in sorted(known) if k.split(".")[0] == name.split(".")[0]] or sorted(known)
+                errors.append(f"unknown {what} {name!r}; registered: {', '.join(close)}")
         if errors:
             raise ChartError(self.source, errors)
 
-    # -- the reference interpreter -------------------------------------------------
-    def machine(self, model: Any = None) -> Any:
-        """Build the ``transitions`` hierarchical machine for this chart."""
-        from transitions.extensions.nesting import HierarchicalMachine, NestedState
 
-        class _State(NestedState):
-            separator = "."
-
-        class _Machine(HierarchicalMachine):  # type: ignore[misc]
-            state_cls = _State
-
-        def build(parent: str | None) -> list[dict[str, Any]]:
-            out = []
-            for path, spec in self.states.items():
-                if spec.parent != parent:
-                    continue
-                node: dict[str, Any] = {"name": path.rsplit(".", 1)[-1], "final": spec.final}
-                if spec.children:
-                    node["children"] = build(path)
-                    node["initial"] = spec.initial.rsplit(".", 1)[-1]  # type: ignore[union-attr]
-                out.append(node)
-            return out
-
-        m = _Machine(
-            model=None, states=build(None), initial=self.initial, auto_transitions=False, ignore_invalid_triggers=False
-        )
-        for spec in self.states.values():
-            for trigger, target in spec.on.items():
-                m.add_transition(trigger, spec.path, target)
-        if model is not None:
-            m.add_model(model, initial=self.initial)
-        return m
+_NO_LEAF = Leaf("", (), (), {}, (), False, False)
 
 
 class _ChartLoader(yaml.SafeLoader):
@@ -239,13 +506,16 @@ _ChartLoader.add_implicit_resolver(
 )
 
 
-def load_chart(path: str | Path | None = None) -> Chart:
+def load_chart(path: str | os.PathLike[str] | None = None) -> Chart:
     """Load and validate a chart; the built-in lifecycle when ``path`` is None."""
     if path is None:
         ref = resources.files("interlock") / "statecharts" / "trainer.yaml"
         text, source = ref.read_text(encoding="utf-8"), "statecharts/trainer.yaml"
     else:
-        text, source = Path(path).read_text(encoding="utf-8"), str(path)
+        try:
+            text, source = Path(path).read_text(encoding="utf-8"), str(path)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ChartError(str(path), [f"cannot read the chart: {exc}"]) from None
     try:
         data = yaml.load(text, Loader=_ChartLoader)
     except yaml.YAMLError as exc:

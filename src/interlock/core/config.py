@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -15,7 +14,7 @@ def _bad(flag: str, value: Any, allowed: str) -> ValueError:
 
 
 def _int_at_least(low: int, *, none_ok: bool = False, extra: str = "") -> Any:
-    def check(_: Any, a: attrs.Attribute, v: Any) -> None:  # type: ignore[type-arg]
+    def check(_: Any, a: attrs.Attribute[Any], v: Any) -> None:
         if v is None and none_ok:
             return
         if not isinstance(v, int) or isinstance(v, bool) or v < low:
@@ -24,7 +23,7 @@ def _int_at_least(low: int, *, none_ok: bool = False, extra: str = "") -> Any:
     return check
 
 
-def _limit(_: Any, a: attrs.Attribute, v: Any) -> None:  # type: ignore[type-arg]
+def _limit(_: Any, a: attrs.Attribute[Any], v: Any) -> None:
     if v is None:
         return
     if isinstance(v, bool) or not isinstance(v, int | float):
@@ -35,7 +34,7 @@ def _limit(_: Any, a: attrs.Attribute, v: Any) -> None:  # type: ignore[type-arg
         raise _bad(a.name, v, "an int limit is a number of batches and must be >= 0")
 
 
-def _val_interval(_: Any, a: attrs.Attribute, v: Any) -> None:  # type: ignore[type-arg]
+def _val_interval(_: Any, a: attrs.Attribute[Any], v: Any) -> None:
     if isinstance(v, bool) or not isinstance(v, int | float):
         raise _bad(
             a.name, v, "expected an int (every N training batches) or a float in (0.0, 1.0] (fraction of an epoch)"
@@ -47,19 +46,19 @@ def _val_interval(_: Any, a: attrs.Attribute, v: Any) -> None:  # type: ignore[t
 
 
 def _choice(*choices: Any) -> Any:
-    def check(_: Any, a: attrs.Attribute, v: Any) -> None:  # type: ignore[type-arg]
+    def check(_: Any, a: attrs.Attribute[Any], v: Any) -> None:
         if v not in choices:
             raise _bad(a.name, v, f"choose one of {', '.join(repr(c) for c in choices)}")
 
     return check
 
 
-def _clip(_: Any, a: attrs.Attribute, v: Any) -> None:  # type: ignore[type-arg]
+def _clip(_: Any, a: attrs.Attribute[Any], v: Any) -> None:
     if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or v <= 0):
         raise _bad(a.name, v, "expected None (no clipping) or a number > 0")
 
 
-def _max_epochs(_: Any, a: attrs.Attribute, v: Any) -> None:  # type: ignore[type-arg]
+def _max_epochs(_: Any, a: attrs.Attribute[Any], v: Any) -> None:
     if v is None:
         return
     if not isinstance(v, int) or isinstance(v, bool) or (v < 0 and v != -1):
@@ -102,12 +101,9 @@ class TrainerConfig:
         """The batch limit of a loop (``train``, ``val``, ``test``, ``predict``)."""
         if self.fast_dev_run:
             return 1 if self.fast_dev_run is True else int(self.fast_dev_run)
-        return getattr(self, f"limit_{stage}_batches")
+        limit: int | float | None = getattr(self, f"limit_{stage}_batches")
+        return limit
 
     @property
     def sanity_steps(self) -> int:
         return 0 if self.fast_dev_run else self.num_sanity_val_steps
-
-
-def describe_choices(choices: Sequence[str]) -> str:
-    return ", ".join(repr(c) for c in choices)

@@ -10,7 +10,8 @@ __all__ = [
     "ConflictingUpdates",
     "IllegalTransition",
     "InterlockError",
-    "RunFailed",
+    "Preempted",
+    "add_note",
 ]
 
 
@@ -46,5 +47,17 @@ class CheckpointError(InterlockError, ValueError):
     """A checkpoint file cannot be read, or does not fit the run."""
 
 
-class RunFailed(InterlockError, RuntimeError):
-    """Raised from a wrapped exception: carries the chart state where it happened."""
+class Preempted(Exception):
+    """Raised by a fit that a preemption signal stopped, once the checkpoint is saved."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(f"preempted by signal {signum}; a checkpoint was saved at the last batch boundary")
+
+
+def add_note(exc: BaseException, note: str) -> None:
+    """``exc.add_note(note)`` (Python 3.11+), or the same ``__notes__`` list on 3.10."""
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
+    else:  # pragma: no cover - Python 3.10
+        exc.__notes__ = [*getattr(exc, "__notes__", []), note]  # type: ignore[attr-defined]

@@ -26,11 +26,22 @@ from typing import Any, TypeVar
 
 import attrs
 import blinker
+import torch
 
 from interlock.core.state import TrainerState
 from interlock.core.updates import SetListenerState, Update, as_updates
 
-__all__ = ["Event", "EventBus", "Handler", "Listener", "Observer", "Subscription", "listen", "observe"]
+__all__ = [
+    "Event",
+    "EventBus",
+    "Handler",
+    "Listener",
+    "Observer",
+    "Subscription",
+    "listen",
+    "observe",
+    "read_only",
+]
 
 Handler = Callable[["Event", TrainerState], Any]
 #: ``observer(name, trigger, source, count, epoch, global_step, batch_idx)``: see every transition.
@@ -39,14 +50,29 @@ F = TypeVar("F", bound=Callable[..., Any])
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
+def read_only(value: Any) -> Any:
+    """A copy nobody can use to change the run: tensors cloned (detached), containers frozen."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, Mapping):
+        return MappingProxyType({k: read_only(v) for k, v in value.items()})
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # namedtuple: keep its type
+        return type(value)(*(read_only(v) for v in value))
+    if isinstance(value, list | tuple):
+        return tuple(read_only(v) for v in value)
+    return value
+
+
 @attrs.frozen(slots=True)
 class Event:
-    """One transition: the leaf state entered, how, and what it carries.
+    """One transition: the leaf state entered, how, why, and what it carries.
 
-    ``payload`` holds the transition's data: ``batch``, ``outputs`` (what a step
-    returned), ``lr``, ``exception``; only what the transition knows. The loops
-    may pass it as a function: it is built the first time a handler reads it, so
-    handlers that never look (a trace) cost no payload.
+    ``guard`` names the condition that chose this transition (empty for a
+    default or an external event). ``payload`` holds what the state declares in
+    the chart: ``batch``, ``outputs`` (what a step returned), ``lr``,
+    ``exception``. It is read-only and built the first time a handler reads it,
+    as a copy (tensors cloned), so a handler cannot change what the step sees and
+    handlers that never look cost nothing.
     """
 
     name: str
@@ -57,6 +83,7 @@ class Event:
     global_step: int
     batch_idx: int
     _payload: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = attrs.field(default=None, eq=False)
+    guard: str = ""
 
     @property
     def dest(self) -> str:
@@ -64,12 +91,14 @@ class Event:
 
     @property
     def payload(self) -> Mapping[str, Any]:
-        """The transition's data (built on first access when the loop passed a function)."""
+        """The transition's data, read-only (built and copied on first access)."""
         payload = self._payload
-        if callable(payload):
-            payload = payload()
-            object.__setattr__(self, "_payload", payload)  # a one-time cache on a frozen event
-        return payload if payload is not None else _EMPTY
+        if isinstance(payload, MappingProxyType) or payload is None:
+            return payload if payload is not None else _EMPTY
+        built = payload() if callable(payload) else payload
+        frozen = MappingProxyType({k: read_only(v) for k, v in built.items()})
+        object.__setattr__(self, "_payload", frozen)  # a one-time cache on a frozen event
+        return frozen
 
 
 @attrs.define
@@ -77,7 +106,7 @@ class Subscription:
     """A registered handler; ``remove()`` unregisters it."""
 
     pattern: str
-    handler: Handler
+    handler: Callable[..., Any]
     source: str
     every: int | None = None
     once: int | None = None
@@ -215,7 +244,7 @@ class EventBus:
         out: list[tuple[str, Update]] = []
         for sub in self._handlers[event.name]:
             if sub.wants(event.count):
-                result = sub.handler(event, state_ref()) if sub.wants_state else sub.handler(event)  # type: ignore[call-arg]
+                result = sub.handler(event, state_ref()) if sub.wants_state else sub.handler(event)
                 if result is not None:
                     out.extend((sub.source, u) for u in as_updates(result, sub.source))
         return out

@@ -7,13 +7,13 @@ from plain data (numbers, strings, lists, dicts, tensors) for checkpoints.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any
+from typing import Any, overload
 
 import attrs
 
-__all__ = ["STATE_VERSION", "Progress", "TrainerState", "freeze", "thaw"]
+__all__ = ["STATE_VERSION", "History", "Progress", "TrainerState", "freeze", "thaw"]
 
 STATE_VERSION = 1
 STATUSES = ("idle", "running", "finished", "interrupted", "failed")
@@ -21,7 +21,9 @@ STAGES = ("", "fit", "validate", "test", "predict")
 
 
 def freeze(value: Any) -> Any:
-    """Deep read-only copy: dicts become mapping proxies, lists become tuples."""
+    """Deep read-only copy: dicts become mapping proxies, lists become tuples; a :class:`History` is kept."""
+    if isinstance(value, History):
+        return value
     if isinstance(value, Mapping):
         return MappingProxyType({str(k): freeze(v) for k, v in value.items()})
     if isinstance(value, list | tuple):
@@ -33,18 +35,80 @@ def thaw(value: Any) -> Any:
     """Inverse of :func:`freeze`: plain dicts and lists."""
     if isinstance(value, Mapping):
         return {k: thaw(v) for k, v in value.items()}
-    if isinstance(value, tuple):
+    if isinstance(value, tuple | History):
         return [thaw(v) for v in value]
     return value
 
 
-def _non_negative(instance: Any, attribute: attrs.Attribute, value: int) -> None:  # type: ignore[type-arg]
+class History(Sequence[Mapping[str, Any]]):
+    """The metric history: an append-only log of frozen rows, read-only to everyone.
+
+    Appending is O(1): a new ``History`` shares the rows of the one it extends and
+    sees only its own length, so every earlier state keeps seeing its own rows and
+    a snapshot of the trainer state never copies the history.
+    """
+
+    __slots__ = ("_n", "_rows")
+
+    def __init__(self, rows: Sequence[Mapping[str, Any]] = ()) -> None:
+        self._rows: list[Mapping[str, Any]] = [freeze(r) for r in rows]
+        self._n = len(self._rows)
+
+    def append(self, row: Mapping[str, Any]) -> History:
+        """A history one row longer (this one is unchanged)."""
+        rows = self._rows
+        if len(rows) != self._n:  # another history already extended ours: branch off with a copy
+            rows = rows[: self._n]
+        rows.append(freeze(row))
+        out = History.__new__(History)
+        out._rows, out._n = rows, self._n + 1
+        return out
+
+    def __len__(self) -> int:
+        return self._n
+
+    @overload
+    def __getitem__(self, index: int) -> Mapping[str, Any]: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Mapping[str, Any], ...]: ...
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return tuple(self._rows[: self._n][index])
+        if index < 0:
+            index += self._n
+        if not 0 <= index < self._n:
+            raise IndexError(f"history index {index} out of range ({self._n} rows)")
+        return self._rows[index]
+
+    def __iter__(self) -> Iterator[Mapping[str, Any]]:
+        rows = self._rows
+        return (rows[i] for i in range(self._n))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, History):
+            return self._n == other._n and (self._rows is other._rows or list(self) == list(other))
+        if isinstance(other, tuple | list):
+            return len(other) == self._n and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(tuple(sorted(r.items())) for r in self))
+
+    def __repr__(self) -> str:
+        return f"History({list(self)!r})"
+
+
+def _history(value: Any) -> History:
+    return value if isinstance(value, History) else History(value)
+
+
+def _non_negative(instance: Any, attribute: attrs.Attribute[Any], value: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ValueError(f"{type(instance).__name__}.{attribute.name} must be an int >= 0, got {value!r}")
 
 
 def _one_of(choices: tuple[str, ...]) -> Any:
-    def check(instance: Any, attribute: attrs.Attribute, value: str) -> None:  # type: ignore[type-arg]
+    def check(instance: Any, attribute: attrs.Attribute[Any], value: str) -> None:
         if value not in choices:
             raise ValueError(f"{type(instance).__name__}.{attribute.name}={value!r}; allowed: {choices}")
 
@@ -84,7 +148,7 @@ class TrainerState:
     stop_reason: str = ""
     metrics: Mapping[str, float] = attrs.field(factory=dict, converter=freeze)
     best_metrics: Mapping[str, float] = attrs.field(factory=dict, converter=freeze)
-    history: tuple[Mapping[str, Any], ...] = attrs.field(factory=tuple, converter=freeze)
+    history: History = attrs.field(factory=History, converter=_history)
     eval_sums: Mapping[str, float] = attrs.field(factory=dict, converter=freeze)
     data: Mapping[str, Any] = attrs.field(factory=dict, converter=freeze)
     listeners: Mapping[str, Any] = attrs.field(factory=dict, converter=freeze)
@@ -113,7 +177,24 @@ class TrainerState:
 
     def listener_state(self, key: str) -> Mapping[str, Any]:
         """The stored state of one listener (empty when it has none yet)."""
-        return self.listeners.get(key, MappingProxyType({}))
+        stored: Mapping[str, Any] = self.listeners.get(key, MappingProxyType({}))
+        return stored
+
+    def replace(self, **changes: Any) -> TrainerState:
+        """A copy with ``changes``: O(fields changed), unlike ``attrs.evolve``, which re-converts every field."""
+        new = object.__new__(TrainerState)
+        for name in _FIELD_NAMES:
+            object.__setattr__(new, name, getattr(self, name))
+        for name, value in changes.items():
+            field = _FIELDS.get(name)
+            if field is None:
+                raise TypeError(f"TrainerState has no field {name!r}")
+            if field.converter is not None:
+                value = field.converter(value)  # type: ignore[operator]
+            if field.validator is not None:
+                field.validator(new, field, value)
+            object.__setattr__(new, name, value)
+        return new
 
     # -- plain data --------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -138,3 +219,7 @@ class TrainerState:
         if not isinstance(progress, Mapping):
             raise ValueError(f"state 'progress' must be a mapping, got {type(progress).__name__}")
         return cls(progress=Progress(**progress), **data)
+
+
+_FIELDS = {f.name: f for f in attrs.fields(TrainerState)}
+_FIELD_NAMES = tuple(_FIELDS)

@@ -1,10 +1,14 @@
-"""Updates: what handlers, listeners and connectors return instead of mutating.
+"""Updates: what handlers, listeners, actions and guards return instead of mutating.
 
 A handler receives ``(event, state)`` and returns ``None``, one update, or a list
-of them. The trainer merges all updates of one event (:func:`merge`), rejects
-conflicting ones, and applies them: state updates through :func:`reduce` (a pure
-function using ``attrs.evolve``), effects (checkpoint requests, optimizer
-changes) through the connectors.
+of them; a chart action returns the same. The runtime merges all updates of one
+point (:func:`merge`), rejects conflicting ones, and applies them: state updates
+through :func:`reduce` (pure), effects (checkpoint requests, optimizer changes,
+and any effect a component registers) through the handler registered for their
+type. That is the only way the trainer state changes.
+
+:class:`Change` updates are the runtime's own bookkeeping (stage, status, data
+position, evaluation sums, history rows), returned by the chart's actions.
 """
 
 from __future__ import annotations
@@ -18,19 +22,31 @@ from interlock.core.errors import ConflictingUpdates
 from interlock.core.state import TrainerState, freeze
 
 __all__ = [
+    "AddEvalSums",
+    "AppendHistory",
+    "BeginStage",
+    "Change",
+    "Interrupt",
     "LogMetrics",
     "Merged",
     "ReplaceOptimizer",
     "RestoreState",
     "SaveCheckpoint",
+    "SetDataPosition",
     "SetLearningRate",
     "SetListenerState",
+    "SetRunInfo",
+    "SetStatus",
     "Stop",
     "Update",
     "as_updates",
     "merge",
     "reduce",
 ]
+
+
+def _paths(paths: Iterable[str]) -> tuple[str, ...]:
+    return tuple(paths)
 
 
 class Update:
@@ -72,7 +88,7 @@ class SaveCheckpoint(Update):
 
     path: str
     tag: str = ""
-    replaces: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    replaces: tuple[str, ...] = attrs.field(default=(), converter=_paths)
 
 
 @attrs.frozen
@@ -96,6 +112,94 @@ class RestoreState(Update):
     """Replace the whole state: what restoring a checkpoint returns."""
 
     state: TrainerState
+
+
+class Change(Update):
+    """A change of fields the runtime owns; :meth:`changes` says which (pure)."""
+
+    __slots__ = ()
+
+    def changes(self, state: TrainerState) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+@attrs.frozen
+class BeginStage(Change):
+    """A stage starts: it runs, and no stop is pending."""
+
+    stage: str
+
+    def changes(self, state: TrainerState) -> dict[str, Any]:
+        return {"stage": self.stage, "status": "running", "should_stop": False, "stop_reason": ""}
+
+
+@attrs.frozen
+class SetStatus(Change):
+    """How the stage is going: ``running``, ``finished``, ``interrupted`` or ``failed``."""
+
+    status: str
+
+    def changes(self, state: TrainerState) -> dict[str, Any]:
+        return {"status": self.status}
+
+
+@attrs.frozen
+class SetRunInfo(Change):
+    """Facts of this process and run: output directory, seed, rank and world size (``None``: unchanged)."""
+
+    run_dir: str | None = None
+    seed: int | None = None
+    global_rank: int | None = None
+    world_size: int | None = None
+
+    def changes(self, state: TrainerState) -> dict[str, Any]:
+        return {k: v for k, v in attrs.asdict(self).items() if v is not None}
+
+
+@attrs.frozen
+class SetDataPosition(Change):
+    """Where the training data stands (epoch seed, exhausted); merged into ``state.data`` unless ``replace``."""
+
+    data: Mapping[str, Any] = attrs.field(converter=freeze)
+    replace: bool = False
+
+    def changes(self, state: TrainerState) -> dict[str, Any]:
+        return {"data": self.data if self.replace else {**state.data, **self.data}}
+
+
+@attrs.frozen
+class AddEvalSums(Change):
+    """Add batch-size-weighted sums to the running evaluation sums (``None``: reset them)."""
+
+    sums: Mapping[str, float] | None = None
+
+    def changes(self, state: TrainerState) -> dict[str, Any]:
+        if self.sums is None:
+            return {"eval_sums": {}}
+        sums = dict(state.eval_sums)
+        for key, value in self.sums.items():
+            sums[key] = sums.get(key, 0.0) + value
+        return {"eval_sums": sums}
+
+
+@attrs.frozen
+class AppendHistory(Change):
+    """Append one row (stage, epoch, step and metrics) to the metric history."""
+
+    row: Mapping[str, Any] = attrs.field(converter=freeze)
+
+    def changes(self, state: TrainerState) -> dict[str, Any]:
+        return {"history": state.history.append(self.row)}
+
+
+@attrs.frozen
+class Interrupt(Update):
+    """The stage is being interrupted by ``exception`` (a preemption).
+
+    The chart goes on to its teardown, and the stage raises ``exception`` when it ends.
+    """
+
+    exception: BaseException
 
 
 def as_updates(result: Any, source: str) -> list[Update]:
@@ -125,10 +229,11 @@ class Merged:
     listeners: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
     restore: TrainerState | None = None
     effects: tuple[Update, ...] = ()
+    changes: tuple[Change, ...] = ()
 
     @property
     def changes_state(self) -> bool:
-        return bool(self.stop is not None or self.metrics or self.listeners or self.restore is not None)
+        return bool(self.stop is not None or self.metrics or self.listeners or self.restore is not None or self.changes)
 
 
 def _put(table: dict[Any, tuple[Any, str]], key: Any, value: Any, source: str, what: str) -> None:
@@ -154,8 +259,11 @@ def merge(items: Iterable[tuple[str, Update]]) -> Merged:
     restore: list[tuple[TrainerState, str]] = []
     lrs: dict[int, tuple[float, str]] = {}
     effects: list[Update] = []
+    changes: list[Change] = []
     for source, update in items:
-        if isinstance(update, Stop):
+        if isinstance(update, Change):
+            changes.append(update)
+        elif isinstance(update, Stop):
             stop = update.reason if stop is None else stop
         elif isinstance(update, LogMetrics):
             for k, v in update.metrics.items():
@@ -176,11 +284,12 @@ def merge(items: Iterable[tuple[str, Update]]) -> Merged:
         listeners={k: v for k, (v, _) in listeners.items()},
         restore=restore[0][0] if restore else None,
         effects=tuple(effects),
+        changes=tuple(changes),
     )
 
 
 def reduce(state: TrainerState, merged: Merged) -> TrainerState:
-    """Apply the state part of merged updates; pure."""
+    """Apply the state part of merged updates; pure. A restore first, then the rest, changes in order."""
     if merged.restore is not None:
         state = merged.restore
     changes: dict[str, Any] = {}
@@ -190,4 +299,8 @@ def reduce(state: TrainerState, merged: Merged) -> TrainerState:
         changes["metrics"] = {**state.metrics, **merged.metrics}
     if merged.listeners:
         changes["listeners"] = {**state.listeners, **merged.listeners}
-    return attrs.evolve(state, **changes) if changes else state
+    if changes:
+        state = state.replace(**changes)
+    for change in merged.changes:
+        state = state.replace(**change.changes(state))
+    return state

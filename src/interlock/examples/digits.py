@@ -66,7 +66,8 @@ class DigitsClassifier(Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
+        logits: torch.Tensor = self.net(x)
+        return logits
 
     def _shared(self, batch: Any) -> dict[str, torch.Tensor]:
         x, y = batch
@@ -85,7 +86,8 @@ class DigitsClassifier(Module):
         return self._shared(batch)
 
     def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        return self(batch[0]).argmax(dim=1)
+        logits: torch.Tensor = self(batch[0])
+        return logits.argmax(dim=1)
 
     def configure_optimizers(self) -> Any:
         opt = torch.optim.SGD(self.parameters(), lr=self.lr, momentum=0.9)

@@ -11,10 +11,10 @@ only when someone listens); a custom chart or loop that does not gets a
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from interlock.core.events import Event, Handler, Listener
+from interlock.core.events import Event, Listener
 from interlock.core.updates import LogMetrics
 
 __all__ = ["LR_PAYLOAD_KEY", "LearningRateMonitor", "lr_metric_names"]
@@ -46,7 +46,9 @@ class LearningRateMonitor(Listener):
             raise ValueError(f"LearningRateMonitor(logging_interval={logging_interval!r}); choose 'epoch' or 'step'")
         self.logging_interval = logging_interval
 
-    def subscriptions(self) -> Iterator[tuple[str, Handler, int | None, bool | int]]:
+    def subscriptions(self) -> Iterator[tuple[str, Callable[..., Any], int | None, bool | int]]:
+        # Callable[..., Any], not events.Handler: these handlers take only the event, which the bus allows
+        # (it reads each handler's signature) but Handler, typed as (event, state), does not say
         yield _EVENTS[self.logging_interval], self.on_log, None, False
 
     def on_log(self, event: Event) -> LogMetrics:

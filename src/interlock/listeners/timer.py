@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Mapping
 from datetime import timedelta
+from typing import Any
 
-from interlock.core.events import Event, Handler, Listener
+from interlock.core.events import Event, Listener
 from interlock.core.state import TrainerState
 from interlock.core.updates import SetListenerState, Stop, Update
 
@@ -66,7 +67,9 @@ class Timer(Listener):
         self.clock = clock
         self._mark: float | None = None  # clock reading the stored elapsed time is measured from
 
-    def subscriptions(self) -> Iterator[tuple[str, Handler, int | None, bool | int]]:
+    def subscriptions(self) -> Iterator[tuple[str, Callable[..., Any], int | None, bool | int]]:
+        # Callable[..., Any], not events.Handler: these handlers take only the event, which the bus allows
+        # (it reads each handler's signature) but Handler, typed as (event, state), does not say
         yield "fit.start", self.on_fit_start, None, False
         yield _INTERVALS[self.interval], self.on_check, None, False
         yield "fit.end", self.on_fit_end, None, False

@@ -1,10 +1,26 @@
-"""The loops: they advance only by firing the chart's triggers."""
+"""The chart's work, grouped by owner: every action, guard, effect and payload key the built-in chart names.
 
-from interlock.loops.evaluation import TRIGGERS as _EVAL_TRIGGERS
-from interlock.loops.fit import TRIGGERS as _FIT_TRIGGERS
-from interlock.loops.stage import TRIGGERS as _STAGE_TRIGGERS
+There is no hand-written loop: ``statecharts/trainer.yaml`` sequences the work
+and the runtime interprets it. This package assembles the registry of the
+loops' own functions (``module.*``, ``eval.*``, ``schedule.*``, ``limits.*``,
+``stage.*``, ``run.*``) and of the connectors and plugins below them.
+"""
 
-#: Every trigger some loop fires; the chart must declare exactly these.
-TRIGGERS = _EVAL_TRIGGERS | _FIT_TRIGGERS | _STAGE_TRIGGERS
+from __future__ import annotations
 
-__all__ = ["TRIGGERS"]
+from interlock.connectors import checkpoint, data, hardware, metrics, optim, rng, signals
+from interlock.core.registry import Registry
+from interlock.loops import evaluation, schedule, stage, train
+
+__all__ = ["default_registry"]
+
+#: Every module that registers part of the built-in chart's vocabulary, in registration order.
+OWNERS = (stage, train, evaluation, schedule, data, optim, metrics, checkpoint, signals, rng, hardware)
+
+
+def default_registry() -> Registry:
+    """A new registry with everything the built-in chart refers to (add your own to it freely)."""
+    reg = Registry()
+    for owner in OWNERS:
+        owner.register(reg)
+    return reg

@@ -1,11 +1,12 @@
-"""The evaluation loop (sanity check, validation inside fit, validate, test) and predict.
+"""The evaluation loops' work (sanity check, validation inside fit, validate, test) and predict.
 
 Chart region (``<loop>`` is ``fit.sanity``, ``fit.train.val``, ``validate``,
-``test`` or ``predict``)::
+``test`` or ``predict``; its ``with:`` names the data, the step and the limit)::
 
-    <loop>.start -run-> batch.fetch -fetched-> batch.step -stepped-> batch.end
-    batch.end -next-> batch.fetch  |  -exhausted-> <loop>.end
-    start/fetch -exhausted-> <loop>.end
+    <loop> [entry: eval.open, exit: eval.close]
+    <loop>.start [eval.reset] -run-> batch.fetch [eval.fetch] -fetched-> batch.step [eval.step] -stepped-> batch.end
+    batch.end -next-> batch.fetch  |  -exhausted [eval.limit_reached] / eval.log-> <loop>.end
+    start -exhausted [eval.empty] / eval.log-> end;  fetch -exhausted / eval.log-> end
 
 Metrics are batch-size-weighted means of every scalar the steps return; their
 running sums live in the state (``eval_sums``) so a run saved inside validation
@@ -14,136 +15,158 @@ resumes it exactly.
 
 from __future__ import annotations
 
-import signal
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
-from interlock.connectors.data import num_batches
+from interlock.connectors.data import Feed
 from interlock.connectors.metrics import batch_size, scalars
-from interlock.loops.context import Preempted, RunContext
-from interlock.loops.driver import Driver
+from interlock.core.registry import Action, Guard, Registry
+from interlock.core.run import Run
+from interlock.core.updates import AddEvalSums, AppendHistory, LogMetrics, Update
 
-__all__ = ["TRIGGERS", "run_eval"]
-
-TRIGGERS = frozenset({"run", "fetched", "stepped", "next", "exhausted"})
-
-_STEPS = {"fit.sanity": "validation_step", "fit.train.val": "validation_step", "validate": "validation_step"}
-_PREFIX = {"fit.sanity": "val", "fit.train.val": "val", "validate": "val", "test": "test", "predict": "predict"}
-_DATA = {"fit.sanity": "val", "fit.train.val": "val", "validate": "val", "test": "test", "predict": "predict"}
+__all__ = ["means", "register"]
 
 
-def _limit(ctx: RunContext, loop: str) -> int | float | None:
-    if loop == "fit.sanity":
-        steps = ctx.config.sanity_steps
-        return None if steps == -1 else steps
-    return ctx.config.limit(_DATA[loop])
-
-
-def run_eval(drv: Driver, ctx: RunContext, loop: str) -> dict[str, float]:
-    """Run (or, when the chart is inside it, resume) evaluation loop ``loop``; return its metrics.
-
-    Predictions of the ``predict`` loop are appended to ``ctx.predictions``.
-    """
-    data = ctx.data[_DATA[loop]]
-    limit = num_batches(data.loader, _limit(ctx, loop))
-    step = ctx.step(_STEPS.get(loop, f"{loop}_step"))
-    prefix = _PREFIX[loop]
-    module, precision, move, fire = ctx.module, ctx.precision, ctx.move, drv.fire
-    was_training = module.training
-    module.eval()
-
-    def finish() -> None:
-        """Log the loop's metrics (not for the sanity check), then enter ``<loop>.end``."""
-        if loop not in ("fit.sanity", "predict"):
-            metrics = ctx.reduce_metrics(_means(drv.state.eval_sums))
-            result.update(metrics)
-            drv.log(metrics, stage=prefix, epoch=drv.counters.epoch, global_step=drv.counters.global_step)
-        fire("exhausted")
-
-    result: dict[str, float] = {}
-    preemptible = loop == "fit.train.val" and ctx.preemption is not None
-    try:
-        with torch.no_grad():
-            if drv.at == f"{loop}.end":  # resumed after the loop had finished: nothing left to run
-                _restore_rng(ctx)
-                return result
-            if drv.at == f"{loop}.start":
-                _restore_rng(ctx)  # resumed at <loop>.start: the iterator draws from the restored RNG
-                drv.evolve(eval_sums={})
-                if limit == 0:
-                    finish()
-                    return result
-                it = data.iterate(0)
-                fire("run")
-            else:  # resumed at <loop>.batch.end
-                it = data.iterate(drv.counters.eval_batch_idx)
-                _restore_rng(ctx)
-                if limit is not None and drv.counters.eval_batch_idx >= limit:
-                    finish()
-                else:
-                    fire("next")
-            while drv.at.endswith(".batch.fetch"):
-                try:
-                    batch = next(it)
-                except StopIteration:
-                    finish()
-                    break
-                batch = precision.convert_input(batch if move is None else move(batch))
-                idx = drv.counters.eval_batch_idx
-                fire("fetched", {"batch": batch, "batch_idx": idx})
-                with precision.autocast(ctx.device.type):
-                    outputs = step(batch, idx)
-                if loop == "predict":
-                    ctx.predictions.append(outputs)
-                else:
-                    _accumulate(drv, outputs, prefix, batch_size(batch))
-                fire("stepped", {"outputs": outputs, "batch_idx": idx})
-                if preemptible:
-                    _check_preemption(ctx)
-                if limit is not None and drv.counters.eval_batch_idx >= limit:
-                    finish()
-                else:
-                    fire("next")
-    finally:
-        module.train(was_training)
-    return result
-
-
-def _accumulate(drv: Driver, outputs: Any, prefix: str, n: int) -> None:
-    values = scalars(outputs, prefix)
-    if not values:
-        return
-    sums = dict(drv.state.eval_sums)
-    for key, value in values.items():
-        sums[key] = sums.get(key, 0.0) + value * n
-    sums["__count__"] = sums.get("__count__", 0.0) + n
-    drv.evolve(eval_sums=sums)
-
-
-def _means(sums: Any) -> dict[str, float]:
+def means(sums: Mapping[str, float]) -> dict[str, float]:
+    """The weighted means of running sums (``__count__`` is the weight)."""
     count = sums.get("__count__", 0.0)
     return {k: v / count for k, v in sums.items() if k != "__count__"} if count else {}
 
 
-def _check_preemption(ctx: RunContext) -> None:
-    """After a preemption signal: save at this batch boundary, then raise :class:`Preempted`.
-
-    Called at the checkpointable boundaries of the fit stage (training and validation
-    batch ends, epoch end); the signal handler itself only recorded the signal.
-    """
-    flag = ctx.preemption
-    if flag is None:
-        return
-    received = flag.received is not None
-    if ctx.agree(received) if ctx.agree is not None else received:
-        ctx.request_preemption_save()
-        raise Preempted(flag.received or int(signal.SIGTERM))
+def _limit(run: Run, params: Mapping[str, Any], feed: Feed) -> int | None:
+    if params.get("limit") == "sanity":
+        steps = run.config.sanity_steps
+        if steps == -1:
+            return feed.limit
+        return steps if feed.limit is None else min(steps, feed.limit)
+    return feed.limit
 
 
-def _restore_rng(ctx: RunContext) -> None:
-    from interlock.connectors.rng import set_rng_states
+def _params(params: Mapping[str, Any], action: str) -> tuple[str, str]:
+    try:
+        return str(params["data"]), str(params["step"])
+    except KeyError as exc:
+        raise KeyError(f"{action} needs `with: {{data: ..., step: ...}}` on a state above it; missing {exc}") from None
 
-    if ctx.rng_to_restore is not None:
-        set_rng_states(ctx.rng_to_restore)
-        ctx.rng_to_restore = None
+
+def register(reg: Registry) -> None:
+    """The ``eval.*`` actions and guards."""
+
+    @reg.action("eval.open")
+    def open_(run: Run, params: Mapping[str, Any]) -> Action:
+        """Switch the module to eval mode and open the loop's data at its position."""
+        key, _ = _params(params, "eval.open")
+
+        def act() -> None:
+            feed: Feed = run.feeds[key]
+            run.extras[f"interlock.was_training.{key}"] = run.module.training
+            run.module.eval()
+            feed.exhausted = False
+            feed.it = feed.data.iterate(run.counters.eval_batch_idx) if _limit(run, params, feed) != 0 else iter(())
+
+        return act
+
+    @reg.action("eval.close")
+    def close(run: Run, params: Mapping[str, Any]) -> Action:
+        """Put the module back in the mode it had before the loop; drop the loop's iterator."""
+        key, _ = _params(params, "eval.close")
+
+        def act() -> None:
+            run.feeds[key].it = None
+            was = run.extras.pop(f"interlock.was_training.{key}", None)
+            if was is not None:
+                run.module.train(was)
+
+        return act
+
+    @reg.action("eval.reset")
+    def reset(run: Run, params: Mapping[str, Any]) -> Action:
+        """Start the loop's metric sums from zero."""
+        return lambda: AddEvalSums(None)
+
+    @reg.action("eval.fetch")
+    def fetch(run: Run, params: Mapping[str, Any]) -> Action:
+        """Take the loop's next batch (moved to the device)."""
+        key, _ = _params(params, "eval.fetch")
+        step, counters = run.step, run.counters
+
+        def act() -> None:
+            feed: Feed = run.feeds[key]
+            try:
+                batch = next(feed.it)  # type: ignore[arg-type]
+            except StopIteration:
+                step.fetched, feed.exhausted = False, True
+                return
+            prepare = run.prepare_batch
+            step.batch = batch if prepare is None else prepare(batch)
+            step.index, step.fetched = counters.eval_batch_idx, True
+
+        return act
+
+    @reg.guard("eval.fetched")
+    def fetched(run: Run, params: Mapping[str, Any]) -> Guard:
+        """A batch was fetched."""
+        step = run.step
+        return lambda: step.fetched
+
+    @reg.action("eval.step")
+    def step_(run: Run, params: Mapping[str, Any]) -> Action:
+        """Run the loop's step without gradients; add its scalars to the sums (or keep the prediction)."""
+        _, name = _params(params, "eval.step")
+        prefix = str(params.get("metrics", ""))
+        collect = bool(params.get("collect", False))
+        step = run.step
+
+        def act() -> Update | None:
+            fn = run.steps.get(name) or getattr(run.module, name)
+            call = run.hardware.precision.forward(fn, run.device.type)
+            with torch.no_grad():
+                step.outputs = outputs = call(step.batch, step.index)
+            if collect:
+                run.predictions.append(outputs)
+                return None
+            values = scalars(outputs, prefix or "val")
+            if not values:
+                return None
+            n = batch_size(step.batch)
+            return AddEvalSums({**{k: v * n for k, v in values.items()}, "__count__": float(n)})
+
+        return act
+
+    @reg.guard("eval.empty")
+    def empty(run: Run, params: Mapping[str, Any]) -> Guard:
+        """The loop takes no batches (its limit is 0)."""
+        key, _ = _params(params, "eval.empty")
+        return lambda: _limit(run, params, run.feeds[key]) == 0
+
+    @reg.guard("eval.limit_reached")
+    def limit_reached(run: Run, params: Mapping[str, Any]) -> Guard:
+        """The loop's batch limit is reached."""
+        key, _ = _params(params, "eval.limit_reached")
+
+        def reached() -> bool:
+            limit = _limit(run, params, run.feeds[key])
+            return limit is not None and run.counters.eval_batch_idx >= limit
+
+        return reached
+
+    @reg.action("eval.log")
+    def log(run: Run, params: Mapping[str, Any]) -> Action:
+        """Log the loop's metrics (averaged over processes) and add them to the history; clear the sums."""
+        prefix = params.get("metrics")
+
+        def act() -> list[Update]:
+            if not prefix:
+                return [AddEvalSums(None)]
+            metrics = means(run.facts.eval_sums)
+            reduce = run.dist.reduce_metrics if run.dist is not None else None
+            if reduce is not None:
+                metrics = reduce(metrics)
+            run.results.update(metrics)
+            c = run.counters
+            row = {"stage": prefix, "epoch": c.epoch, "global_step": c.global_step, **metrics}
+            return [LogMetrics(metrics), AppendHistory(row), AddEvalSums(None)]
+
+        return act

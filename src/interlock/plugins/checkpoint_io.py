@@ -208,7 +208,8 @@ class TorchCheckpointIO:
             raise CheckpointError(f"checkpoint {target} has a payload torch.load cannot read: {exc}") from exc
         if type(result) not in _MAPPINGS:
             raise CheckpointError(f"checkpoint {target} holds a {type(result).__qualname__}, not a dict")
-        return result
+        checkpoint: dict[str, Any] = result  # a dict or OrderedDict, just checked
+        return checkpoint
 
     def read_header(self, path: str | os.PathLike[str]) -> dict[str, Any]:
         """Return the validated header (format, version, sha256, payload_bytes, created) without unpickling."""
@@ -349,7 +350,7 @@ def _write_payload(checkpoint: dict[str, Any], fd: int, target: Path, worker: Th
     _write_all(fd, MAGIC + b" " * (_HEADER_SLOT - 1) + b"\n")
     sink = _HashingSink(fd, worker)
     try:
-        torch.save(checkpoint, sink)
+        torch.save(checkpoint, sink)  # type: ignore[arg-type]  # torch.save only needs write(); typed as IO[bytes]
         sink.flush()
         sink.hand_over()
     except Exception as exc:

@@ -74,7 +74,9 @@ def _nodelist_error(nodelist: str, why: str) -> ValueError:
 
 
 def _split_top_level(nodelist: str) -> list[str]:
-    parts, current, depth = [], [], 0
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for ch in nodelist:
         if ch == "[":
             depth += 1

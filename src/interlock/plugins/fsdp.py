@@ -97,7 +97,8 @@ class FSDPStrategy(DDPStrategy):
         return get_model_state_dict(module, options=_GATHER)
 
     def optimizer_state_dict(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-        state = get_optimizer_state_dict(module, optimizer, options=_GATHER)
+        # torch types the value as one union for both keys; "state" holds a dict, "param_groups" a list
+        state: dict[str, Any] = get_optimizer_state_dict(module, optimizer, options=_GATHER)
         if not state:
             return state
         ids = {name: i for i, name in enumerate(n for group in state["param_groups"] for n in group["params"])}
@@ -117,7 +118,7 @@ class FSDPStrategy(DDPStrategy):
             return
         names = {id(p): name for name, p in module.named_parameters()}
         order = [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
-        by_name = {
+        by_name: dict[str, Any] = {
             "state": {order[int(i)]: value for i, value in state["state"].items()},
             "param_groups": [{**g, "params": [order[int(i)] for i in g["params"]]} for g in state["param_groups"]],
         }

@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from interlock.core.run import Step
+
 __all__ = [
     "PRECISION_ALIASES",
     "PRECISION_FLAGS",
@@ -57,7 +59,8 @@ def apply_to_tensors(data: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
         if isinstance(data, defaultdict):
             return defaultdict(data.default_factory, items)
         try:
-            return type(data)(items)
+            rebuild: Any = type(data)
+            return rebuild(items)
         except TypeError:
             return items
     if isinstance(data, tuple) and hasattr(data, "_fields"):  # namedtuple
@@ -117,8 +120,8 @@ class Precision:
     def is_plain(self) -> bool:
         """Whether this precision leaves the training step alone: inputs as given, no autocast, no loss scaling.
 
-        The fit loop then calls ``loss.backward()`` and ``optimizer.step()`` itself. False for a subclass that
-        overrides any of the methods involved.
+        Its bound actions (:meth:`backward_action`, :meth:`step_action`) then call ``loss.backward()`` and
+        ``optimizer.step()`` directly. False for a subclass that overrides any of the methods involved.
         """
         cls = type(self)
         untouched = all(
@@ -202,6 +205,68 @@ class Precision:
         self._scaler.update()
         # GradScaler requires backoff_factor < 1, so the scale drops exactly when the step was skipped.
         return self._scaler.get_scale() >= scale_before
+
+    # -- what the chart's actions dispatch to: bound once per stage ---------------------------
+    def forward(self, step: Callable[..., Any], device_type: str) -> Callable[..., Any]:
+        """``step`` run under :meth:`autocast` (``step`` itself when there is nothing to do)."""
+        if self.is_plain or (type(self).autocast is Precision.autocast and self.compute_dtype is None):
+            return step
+
+        def run(*args: Any) -> Any:
+            with self.autocast(device_type):
+                return step(*args)
+
+        return run
+
+    def input_converter(self) -> Callable[[Any], Any] | None:
+        """:meth:`convert_input`, or ``None`` when it leaves batches as they are."""
+        if type(self).convert_input is Precision.convert_input and (
+            self.compute_dtype is not None or self.param_dtype is torch.float32
+        ):
+            return None
+        return self.convert_input
+
+    def backward_action(self, step: Step, accumulate: int) -> Callable[[], None]:
+        """The chart's ``precision.backward``: backpropagate ``step.loss``, divided by ``accumulate``."""
+        plain = self.is_plain
+
+        def act() -> None:
+            loss: Any = step.loss
+            if accumulate > 1:
+                loss = loss / accumulate
+            if plain:
+                loss.backward()
+            else:
+                self.backward(loss)
+
+        return act
+
+    def step_action(
+        self, optimizers: list[torch.optim.Optimizer], clip: float | None, by_norm: bool
+    ) -> Callable[[], None]:
+        """The optimizer step of the chart's ``optim.step``: unscale and clip (when ``clip``), step, zero the grads."""
+        if self.is_plain and clip is None:
+
+            def plain() -> None:
+                for optimizer in optimizers:
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
+
+            return plain
+
+        def act() -> None:
+            for optimizer in optimizers:
+                if clip is not None:
+                    self.unscale_gradients(optimizer)
+                    params = [p for group in optimizer.param_groups for p in group["params"]]
+                    if by_norm:
+                        torch.nn.utils.clip_grad_norm_(params, clip)
+                    else:
+                        torch.nn.utils.clip_grad_value_(params, clip)
+                self.optimizer_step(optimizer)
+                optimizer.zero_grad(set_to_none=True)
+
+        return act
 
     def state_dict(self) -> dict[str, Any]:
         """The scaler's state as plain data; empty when there is no scaler."""

@@ -95,6 +95,7 @@ class Strategy:
         """Wait for every process (no-op for one process)."""
 
     def broadcast(self, obj: Any, src: int = 0) -> Any:
+        """``obj`` as process ``src`` has it (Lightning's ``Strategy.broadcast``); itself in one process."""
         return obj
 
     def teardown(self) -> None:

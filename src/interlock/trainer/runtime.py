@@ -1,11 +1,24 @@
-"""The one writer of the trainer state: steps the chart, emits, applies updates.
+"""The interpreter: it runs the chart, and it alone writes the trainer state.
 
-Hot path: :meth:`Runtime.fire` looks the trigger up in the compiled table (one
-dict lookup), bumps the counters the transition implies, calls the bus's
-observers with plain values, and emits the event's blinker signal only if it has
-a receiver. No event object and no state snapshot is built for an event nobody
-listens to. The frozen :class:`TrainerState` is folded from the last applied
-state plus the live counters when someone asks.
+:meth:`Runtime.run` walks the compiled chart for one stage: it enters a leaf
+(counter changes, observers, the leaf's event), runs the leaf's entry actions,
+then takes the first ``always`` transition whose guard holds, running the
+transition's actions on the way (exits, ``do``, entries of compound states). It
+stops in a state that waits for an event from outside (a final state). An
+exception from any action or handler sends ``fail`` (``interrupt`` for Ctrl-C or
+preemption) from the state it happened in; the stage then ends through the
+chart's teardown and the exception is raised with a note naming that state.
+
+Every update (from actions, guards' owners, handlers) goes through
+:meth:`Runtime.apply`: merged, reduced into the state, effects to the handlers
+registered for their type. ``SaveCheckpoint`` waits for a ``checkpoint: true``
+state. A ``RestoreState`` moves the cursor to the saved state (entering the
+states below the current stage, without their events); the effects returned with
+it apply once those states are entered.
+
+Hot path: actions and guards are bound once per stage to zero-argument
+callables; an event object and a state snapshot are built only for an event
+somebody handles.
 """
 
 from __future__ import annotations
@@ -15,48 +28,83 @@ from typing import Any
 
 import attrs
 
-from interlock.core.chart import Chart
-from interlock.core.errors import IllegalTransition
+from interlock.core.chart import ActionRef, Chart, Transition, TransitionSpec
+from interlock.core.errors import Preempted, add_note
 from interlock.core.events import Event, EventBus
-from interlock.core.progress import Counters, compile_counter_ops
+from interlock.core.progress import COUNTER_OPS, Counters, compose
+from interlock.core.registry import Registry
+from interlock.core.run import Run
 from interlock.core.state import TrainerState
 from interlock.core.updates import (
-    LogMetrics,
+    BeginStage,
+    Change,
+    Interrupt,
     Merged,
-    ReplaceOptimizer,
     SaveCheckpoint,
-    SetLearningRate,
+    SetStatus,
     Update,
+    as_updates,
     merge,
     reduce,
 )
 
 __all__ = ["Runtime"]
 
+_Apply = Callable[[Any], None]
+
+
+class _Node:
+    """A leaf, bound to one stage's run."""
+
+    __slots__ = ("always", "capture", "checkpoint", "entry", "keys", "later", "on", "path", "signal")
+
+    def __init__(self, path: str, signal: Any, checkpoint: bool) -> None:
+        self.path, self.signal, self.checkpoint = path, signal, checkpoint
+        self.entry: tuple[Callable[[], Any], ...] = ()
+        self.always: tuple[_Edge, ...] = ()
+        self.on: dict[str, _Edge] = {}
+        self.keys: tuple[str, ...] = ()
+        self.capture: tuple[Callable[[], Any], ...] = ()
+        self.later: tuple[bool, ...] = ()
+
+
+class _Edge:
+    """A transition, bound: its guard and actions as callables, its counter change, its target node."""
+
+    __slots__ = ("actions", "dest", "enters", "guard", "guard_name", "ops", "trigger")
+
+    def __init__(self, trigger: str, guard_name: str | None) -> None:
+        self.trigger, self.guard_name = trigger, guard_name
+        self.guard: Callable[[], bool] | None = None
+        self.actions: tuple[Callable[[], Any], ...] = ()
+        self.enters: tuple[Callable[[], Any], ...] = ()
+        self.ops: Callable[[Counters], None] | None = None
+        self.dest: _Node
+
 
 class Runtime:
-    """Chart cursor + event bus + the state; implements the loops' ``Driver``."""
+    """Chart cursor + event bus + the state: runs stages, applies every update."""
 
-    def __init__(self, chart: Chart, bus: EventBus, state: TrainerState | None = None) -> None:
+    def __init__(self, chart: Chart, bus: EventBus, registry: Registry, state: TrainerState | None = None) -> None:
         self.chart = chart
         self.bus = bus
+        self.registry = registry
+        chart.check_names(registry.actions, registry.guards, COUNTER_OPS, registry.payload)
         self.counters = Counters()
         self._counts: dict[str, int] = dict.fromkeys(chart.leaves, 0)
         self._base = TrainerState()
         self._snapshot: TrainerState | None = None
         self._at = chart.initial
-        ops = compile_counter_ops(chart)
-        self._table: dict[str, dict[str, tuple[str, Any, Any]]] = {
-            src: {trig: (dst, bus.signals[dst], ops.get((src, trig))) for trig, dst in row.items()}
-            for src, row in chart.table.items()
-        }
-        self._checkpointable = chart.checkpoint_states
         self._observers = bus.observers  # the bus's own list: observers added later are seen
         self._pending_saves: list[SaveCheckpoint] = []
-        self.effects: dict[type, Callable[[Any], None]] = {}
-        self.save_checkpoint: Callable[[SaveCheckpoint, TrainerState], None] | None = None
-        self.metric_mode: Callable[[str], str] = lambda name: "min"
-        self.trace: list[tuple[str, str, str]] | None = None
+        self._checkpointable = chart.checkpoint_states
+        self._effects: dict[type, _Apply] = {}
+        self._metric_mode: Callable[[str], str] = lambda name: "min"
+        self._run: Run | None = None
+        self._nodes: dict[str, _Node] = {}
+        self._jump: str | None = None
+        self._deferred: tuple[Update, ...] = ()
+        self._error: tuple[BaseException, str] | None = None
         if state is not None:
             self.restore(state)
 
@@ -75,48 +123,221 @@ class Runtime:
         """The current state, folded from the applied state and the live counters."""
         snap = self._snapshot
         if snap is None:
-            snap = self._snapshot = attrs.evolve(
-                self._base, chart=self._at, progress=self.counters.freeze(), counts=dict(self._counts)
+            snap = self._snapshot = self._base.replace(
+                chart=self._at, progress=self.counters.freeze(), counts=dict(self._counts)
             )
         return snap
 
-    # -- the hot path ----------------------------------------------------------------
-    def fire(self, trigger: str, payload: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None) -> None:
-        """Take the transition ``trigger`` from the current state and emit its event.
+    @property
+    def metrics(self) -> Mapping[str, float]:
+        """The latest metrics (no snapshot built)."""
+        return self._base.metrics
 
-        ``payload`` is the event's data, or a function that builds it: that is only
-        called when a handler reads ``event.payload``.
+    # -- running a stage -------------------------------------------------------------
+    def run(self, stage: str, run: Run) -> None:
+        """Run ``stage`` through the chart from its ``setup`` event to a final state.
+
+        Raises the exception that ended the stage, if any, once the chart has torn it down.
         """
-        source = self._at
+        run.counters = self.counters
+        run.state_ref = lambda: self.state
+        run.facts_ref = lambda: self._base
+        self._bind(run)
+        self._error = None
+        self._metric_mode = getattr(run.module, "mode_of", self._metric_mode)
         try:
-            dest, signal, ops = self._table[source][trigger]
-        except KeyError:
-            raise IllegalTransition(source, trigger, sorted(self._table.get(source, ()))) from None
-        self._at = dest
-        if ops is not None:
-            ops(self.counters)
+            self.apply(BeginStage(stage))
+            edge = self._nodes[self._at].on.get("setup")
+            if edge is None:
+                raise RuntimeError(f"a stage cannot start in state {self._at!r}: it has no 'setup' transition")
+            self._interpret(edge)
+        finally:
+            self._run, self._effects = None, {}
+        if self._error is not None:
+            exc, where = self._error
+            if not isinstance(exc, KeyboardInterrupt):
+                verb = "was interrupted" if isinstance(exc, Preempted) else "failed"
+                add_note(exc, f"interlock: the run {verb} in state {where!r}")
+            raise exc
+
+    def _interpret(self, edge: _Edge) -> None:
+        try:
+            node: _Node | None = self._take(edge)
+        except BaseException as exc:  # every failure ends the stage through the chart
+            node = self._fail(exc)
+        while node is not None:
+            try:
+                node = self._walk(node)
+            except BaseException as exc:
+                node = self._fail(exc)
+
+    def _walk(self, node: _Node) -> _Node | None:
+        """Run from ``node`` (just entered) until a state that waits; return None there."""
+        while True:
+            for action in node.entry:
+                out = action()
+                if out is not None:
+                    self._apply_result(out)
+            if self._jump is not None:
+                node = self._do_jump()
+                continue
+            for edge in node.always:
+                guard = edge.guard
+                if guard is None or guard():
+                    break
+            else:
+                return None
+            node = self._take(edge)
+
+    def _take(self, edge: _Edge) -> _Node:
+        """Run the transition's actions, count, enter the compound states on the way, move, emit the event."""
+        for action in edge.actions:
+            out = action()
+            if out is not None:
+                self._apply_result(out)
+        if edge.ops is not None:
+            edge.ops(self.counters)
+            self._snapshot = None
+        for action in edge.enters:
+            out = action()
+            if out is not None:
+                self._apply_result(out)
+        node = edge.dest
+        dest = node.path
+        source, self._at = self._at, dest
         count = self._counts[dest] = self._counts[dest] + 1
         self._snapshot = None
-        if self.trace is not None:
-            self.trace.append((source, trigger, dest))
         if self._observers:
             c = self.counters
             for observe in self._observers:
-                observe(dest, trigger, source, count, c.epoch, c.global_step, c.batch_idx)
-        if signal.receivers:
+                observe(dest, edge.trigger, source, count, c.epoch, c.global_step, c.batch_idx)
+        if node.signal.receivers:
             c = self.counters
-            event = Event(dest, trigger, source, count, c.epoch, c.global_step, c.batch_idx, payload)
+            payload_ref: Any = None
+            if node.keys:
+                payload_ref = _payload(node)
+            event = Event(
+                dest,
+                edge.trigger,
+                source,
+                count,
+                c.epoch,
+                c.global_step,
+                c.batch_idx,
+                payload_ref,
+                edge.guard_name or "",
+            )
             self.apply_all(self.bus.send(event, self._state_ref))
-        if self._pending_saves and dest in self._checkpointable:
+        if self._pending_saves and node.checkpoint:
             self._flush_saves()
+        return node
 
     def _state_ref(self) -> TrainerState:
         return self.state
 
+    def _record(self, exc: BaseException) -> bool:
+        """Make ``exc`` the outcome of the stage (the first one wins); return whether it is an interruption."""
+        where = self._at
+        if self._error is None:
+            self._error = (exc, where)
+            if self._run is not None:
+                self._run.error, self._run.failed_in = exc, where
+        elif self._error[0] is not exc:  # a failure while failing: keep the first, remember this one
+            add_note(self._error[0], f"interlock: then, in state {where!r}: {type(exc).__name__}: {exc}")
+        interrupted = isinstance(self._error[0], KeyboardInterrupt | Preempted)
+        self.apply(SetStatus("interrupted" if interrupted else "failed"))
+        return isinstance(exc, KeyboardInterrupt | Preempted)
+
+    def _fail(self, exc: BaseException) -> _Node | None:
+        """Record ``exc`` and take the ``fail``/``interrupt`` transition of the current state."""
+        interrupted = self._record(exc)
+        self._jump, self._deferred = None, ()
+        edge = self._nodes[self._at].on.get("interrupt" if interrupted else "fail")
+        if edge is None:
+            raise exc
+        assert self._error is not None
+        safe = _Edge(edge.trigger, None)
+        safe.dest, safe.ops = edge.dest, edge.ops
+        safe.actions = tuple(_quiet(a, self._error[0]) for a in edge.actions)
+        safe.enters = tuple(_quiet(a, self._error[0]) for a in edge.enters)
+        try:
+            return self._take(safe)
+        except BaseException as again:  # a handler of the fail event raised: go on from where the chart is
+            return self._fail(again)
+
+    # -- binding a stage's run -----------------------------------------------------------
+    def _bind(self, run: Run) -> None:
+        """Bind every action, guard, payload key and effect of the chart to ``run``."""
+        self._run = run
+        reg, chart = self.registry, self.chart
+        bound: dict[tuple[str, str], Callable[[], Any]] = {}
+
+        def action(ref: ActionRef) -> Callable[[], Any]:
+            key = (ref.name, ref.where)
+            if key not in bound:
+                bound[key] = reg.actions[ref.name].bind(run, chart.states[ref.where].params)
+            return bound[key]
+
+        guards: dict[tuple[str, str], Callable[[], bool]] = {}
+
+        def guard(name: str, where: str) -> Callable[[], bool]:
+            if (name, where) not in guards:
+                guards[(name, where)] = reg.guards[name].bind(run, chart.states[where].params)
+            return guards[(name, where)]
+
+        nodes = {leaf: _Node(leaf, self.bus.signals[leaf], spec.checkpoint) for leaf, spec in chart.leaf_specs.items()}
+        getters = {key: entry.bind(run) for key, entry in reg.payload.items()}
+
+        def edge(t: Transition) -> _Edge:
+            e = _Edge(t.trigger, t.guard)
+            e.guard = guard(t.guard, t.source) if t.guard is not None else None
+            e.actions = tuple(action(a) for a in t.actions)
+            e.enters = tuple(action(a) for a in t.enters)
+            e.ops = compose(t.count)
+            e.dest = nodes[t.dest]
+            return e
+
+        for leaf, spec in chart.leaf_specs.items():
+            node = nodes[leaf]
+            node.entry = tuple(action(a) for a in spec.entry)
+            node.always = tuple(edge(t) for t in spec.always)
+            node.on = {k: edge(t) for k, t in spec.on.items()}
+            node.keys = spec.payload
+            node.capture = tuple(getters[k] for k in spec.payload)
+            node.later = tuple(reg.payload[k].lazy for k in spec.payload)
+        self._nodes = nodes
+        self._effects = {kind: entry.bind(run) for kind, entry in reg.effects.items()}
+
+    def _do_jump(self) -> _Node:
+        """Enter the restored state: entry actions of the states entered, the restore's effects, its own work."""
+        target, self._jump = self._jump, None
+        assert target is not None
+        source = self._at
+        spec = TransitionSpec("restore", target, eventless=False)
+        compiled = self.chart._compile(source, source, spec)
+        assert self._run is not None
+        for ref in (*compiled.actions, *compiled.enters):
+            out = self.registry.actions[ref.name].bind(self._run, self.chart.states[ref.where].params)()
+            if out is not None:
+                self._apply_result(out)
+        self._at = compiled.dest
+        self._snapshot = None
+        deferred, self._deferred = self._deferred, ()
+        for effect in deferred:
+            self._apply_effect(effect)
+        return self._nodes[compiled.dest]
+
     # -- applying updates ------------------------------------------------------------
-    def apply(self, *updates: Update, source: str = "loop") -> None:
-        """Apply updates the loops return (same rules as handlers' updates)."""
+    def apply(self, *updates: Update, source: str = "runtime") -> None:
+        """Apply updates (the same rules as handlers' updates)."""
         self.apply_all([(source, u) for u in updates])
+
+    def _apply_result(self, out: Any) -> None:
+        if isinstance(out, Change):  # the common case of an action: one bookkeeping change
+            self._base = self._base.replace(**out.changes(self.state))
+            self._snapshot = None
+            return
+        self.apply_all([("action", u) for u in as_updates(out, "an action")])
 
     def apply_all(self, items: list[tuple[str, Update]]) -> None:
         if not items:
@@ -124,68 +345,90 @@ class Runtime:
         merged = merge(items)
         if merged.changes_state:
             self._apply_state(merged)
-        for effect in merged.effects:
-            self._apply_effect(effect)
+        if merged.restore is not None:
+            self._deferred = merged.effects
+        else:
+            for effect in merged.effects:
+                self._apply_effect(effect)
         if self._pending_saves and self._at in self._checkpointable:
             self._flush_saves()
 
     def _apply_state(self, merged: Merged) -> None:
         state = reduce(self.state, merged)
         if merged.restore is not None:
-            self.restore(state)
+            self.restore(state, jump=self._run is not None)
             return
         if merged.metrics:
             best = dict(state.best_metrics)
             for name, value in merged.metrics.items():
                 old = best.get(name)
-                better = min if self.metric_mode(name) == "min" else max
+                better = min if self._metric_mode(name) == "min" else max
                 best[name] = value if old is None else better(old, value)
-            state = attrs.evolve(state, best_metrics=best)
+            state = state.replace(best_metrics=best)
         self._base = state
         self._snapshot = state
 
-    def restore(self, state: TrainerState) -> None:
-        """Make ``state`` current: counters, event counts and chart position included."""
+    def restore(self, state: TrainerState, jump: bool = False) -> None:
+        """Make ``state`` current: counters, event counts and chart position included.
+
+        With ``jump`` (a restore during a stage) the cursor moves to ``state.chart``
+        once the current state's work is done, entering the states on the way.
+        """
+        if jump:
+            self._jump = self.chart.resume_point(state.chart)
+            state = state.replace(chart=self._at)
         self._base = state
         self._snapshot = None
-        self.counters = Counters.from_progress(state.progress)
+        self.counters.load(state.progress)  # in place: bound actions hold this object
         self._counts = dict.fromkeys(self.chart.leaves, 0)
         self._counts.update({k: v for k, v in state.counts.items() if k in self._counts})
-        if state.chart in self._table:
+        if not jump and state.chart in self.chart.leaf_specs:
             self._at = state.chart
 
     def _apply_effect(self, effect: Update) -> None:
         if isinstance(effect, SaveCheckpoint):  # written once the other effects are applied, at a checkpoint state
             self._pending_saves.append(effect)
             return
-        handler = self.effects.get(type(effect))
+        if isinstance(effect, Interrupt):
+            self._record(effect.exception)
+            return
+        handler = self._effects.get(type(effect))
         if handler is None:
-            kinds = (SetLearningRate, ReplaceOptimizer)
-            if isinstance(effect, kinds):
-                raise RuntimeError(f"{type(effect).__name__} cannot be applied outside a fit (no optimizer yet)")
-            raise TypeError(f"no effect handler for {effect!r}")
+            known = ", ".join(sorted(k.__name__ for k in self.registry.effects)) or "none"
+            raise TypeError(
+                f"no effect handler for {type(effect).__name__} ({effect!r}) in state {self._at!r}: "
+                f"register one with Registry.effect({type(effect).__name__}); registered: {known}"
+            )
         handler(effect)
 
     def _flush_saves(self) -> None:
         saves, self._pending_saves = self._pending_saves, []
-        if self.save_checkpoint is None or self._base.stage != "fit":
+        writer = self._effects.get(SaveCheckpoint)
+        if writer is None or self._base.stage != "fit":
             return
         by_path: dict[str, SaveCheckpoint] = {}  # one write per file; the files it replaces, from every request
         for save in saves:
             seen = by_path.get(save.path)
             by_path[save.path] = save if seen is None else attrs.evolve(seen, replaces=seen.replaces + save.replaces)
         for save in by_path.values():
-            self.save_checkpoint(save, self.state)
+            writer(save)
 
-    def log(self, metrics: Mapping[str, float], **history: Any) -> None:
-        """Record metrics (and a history row, when ``history`` is given)."""
-        self.apply(LogMetrics(dict(metrics)))
-        if history:
-            row = {**history, **metrics}
-            self._base = attrs.evolve(self._base, history=(*self._base.history, row))
-            self._snapshot = None
 
-    def evolve(self, **changes: Any) -> None:
-        """Change fields of the state owned by the loop (stage, status, data position)."""
-        self._base = attrs.evolve(self.state, **changes)
-        self._snapshot = self._base
+def _payload(node: _Node) -> Callable[[], dict[str, Any]]:
+    """The event's payload builder: values taken now, lazy ones when a handler first reads them."""
+    values = tuple(get if later else get() for get, later in zip(node.capture, node.later, strict=True))
+    keys, later = node.keys, node.later
+    return lambda: {k: (v() if lz else v) for k, v, lz in zip(keys, values, later, strict=True)}
+
+
+def _quiet(action: Callable[[], Any], first: BaseException) -> Callable[[], Any]:
+    """``action`` for a failure path: its own error is noted on the first one, not raised."""
+
+    def run() -> Any:
+        try:
+            return action()
+        except Exception as exc:
+            add_note(first, f"interlock: while failing, {type(exc).__name__}: {exc}")
+            return None
+
+    return run

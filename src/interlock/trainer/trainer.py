@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +12,9 @@ from interlock.core.chart import Chart, load_chart
 from interlock.core.config import TrainerConfig
 from interlock.core.events import EventBus, Handler, Listener, Observer, order_listeners
 from interlock.core.module import Module
+from interlock.core.run import Run
 from interlock.core.state import TrainerState
-from interlock.loops import TRIGGERS
+from interlock.loops import default_registry
 from interlock.trainer.runtime import Runtime
 from interlock.trainer.session import Session
 
@@ -50,7 +51,9 @@ class Trainer:
         seed: Seed python, numpy and torch before the run.
         deterministic: Ask torch for deterministic algorithms.
         fast_dev_run: Run 1 (or N) batch of each loop to check the code paths.
-        chart: A custom statechart file (it must declare exactly the triggers the loops fire).
+        chart: A custom statechart file; every action and guard it names must be registered.
+        actions: Your chart's actions by name, ``fn(run)`` returning ``None`` or updates (``{"ema.update": fn}``).
+        guards: Your chart's guards by name, ``fn(run) -> bool``.
     """
 
     def __init__(
@@ -78,6 +81,8 @@ class Trainer:
         deterministic: bool = False,
         fast_dev_run: bool | int = False,
         chart: str | os.PathLike[str] | None = None,
+        actions: Mapping[str, Callable[[Run], Any]] | None = None,
+        guards: Mapping[str, Callable[[Run], bool]] | None = None,
     ) -> None:
         self.config = TrainerConfig(
             max_epochs=max_epochs,
@@ -102,17 +107,21 @@ class Trainer:
         self.seed = seed
         self.root = Path(default_root_dir or os.getcwd())
         self.statechart: Chart = load_chart(chart)
-        self.statechart.check_triggers(TRIGGERS)
+        self.registry = default_registry()
+        for name, fn in (actions or {}).items():
+            self.registry.add_action(name, fn)
+        for name, fn in (guards or {}).items():
+            self.registry.add_guard(name, fn)
         self.bus = EventBus(self.statechart.leaves)
-        self.runtime = Runtime(self.statechart, self.bus)
+        self.runtime = Runtime(self.statechart, self.bus, self.registry)
         if listeners is None:
             from interlock.listeners import default_listeners
 
             listeners = default_listeners()
         self.listeners = order_listeners(listeners)
         for listener in self.listeners:
-            for pattern, fn, every, once in listener.subscriptions():
-                self.bus.on(pattern, fn, every=every, once=once, source=listener.key)
+            for pattern, handler, every, once in listener.subscriptions():
+                self.bus.on(pattern, handler, every=every, once=once, source=listener.key)
             for observer in listener.observers():
                 self.bus.observe(observer, source=listener.key)
         self._run_dir: Path | None = None

@@ -1,10 +1,18 @@
 """Draw the statechart as Mermaid or Graphviz, optionally with a run's trace on top.
 
-Edges are the transitions as *declared* in the chart (a trigger on a compound state is
-one edge from its cluster), not the exploded leaf table. With a trace, visited states
-are filled and carry their entry counts, taken edges are bold with counts, the state the
-run ended in is marked ``final`` (or ``current`` while it runs) and the state a failure
-happened in is red with the exception message. All functions here are pure.
+Edges are the transitions as *declared* in the chart: every ``always`` transition of a
+state and every ``on`` event (an event on a compound state is one edge from its
+cluster), not the exploded leaf table. An edge reads ``trigger [guard] / do1, do2``: the
+guard in brackets when there is one, the transition's own actions after ``/`` when it
+has some. A state shows its ``entry /`` and ``exit /`` actions under its name.
+
+With a trace, visited states are filled and carry their entry counts; taken edges are
+bold and add how often they were taken to their label, so ``validate [schedule.val_due]``
+with a count of 12 says validation ran twelve times there because that guard held. The
+state the run ended in is marked ``final`` (or ``current`` while it runs), the state a
+failure happened in is red with the exception message, and the state a run was
+interrupted or preempted in is marked with the trigger that stopped it. All functions
+here are pure.
 """
 
 from __future__ import annotations
@@ -16,13 +24,12 @@ import shutil
 import subprocess
 import textwrap
 from collections import Counter, defaultdict
-from collections.abc import Iterator
 
 import attrs
 
-from interlock.core.chart import Chart
+from interlock.core.chart import Chart, StateSpec
 from interlock.core.errors import InterlockError
-from interlock.viz.trace import TraceSummary
+from interlock.viz.trace import INTERRUPT_TRIGGERS, TraceSummary
 
 __all__ = ["FORMATS", "GraphvizError", "render", "state_ids", "to_dot", "to_mermaid"]
 
@@ -37,8 +44,12 @@ _VISITED = ("#d8f0d8", "#2e7d32")
 _CLUSTER_VISITED = ("#f1faf1", "#2e7d32")
 _CURRENT = ("#fff3c4", "#b26a00")
 _FAILED = ("#f8d0d0", "#c62828")
+_INTERRUPTED = ("#ffe0b2", "#e65100")
 _IDLE_EDGE = "#b0b0b0"
+_ACTIONS_FONT = 'point-size="8" color="#555555"'
 _FAILURE_TRIGGERS = {"fail", "failed"}
+_INTERRUPT_EDGE_TRIGGERS = {*INTERRUPT_TRIGGERS, "interrupted"}
+_ACTIONS_WIDTH = 44  # characters per line of a state's action list
 
 
 class GraphvizError(InterlockError, RuntimeError):
@@ -98,8 +109,70 @@ def _mm_text(text: str, markdown: bool = False) -> str:
     return "".join(out)
 
 
+def _html(text: str) -> str:
+    """Text for a Graphviz HTML-like label: XML-escaped, newlines as centred ``<br/>``."""
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+    return text.replace("\r", "").replace("\n", "<br/>")
+
+
 def _times(n: int) -> str:
     return f" \N{MULTIPLICATION SIGN}{n}" if n else ""
+
+
+def _action_lines(spec: StateSpec) -> list[str]:
+    """``entry / a, b`` and ``exit / c`` of a state, wrapped at spaces (empty: it runs no actions)."""
+    lines: list[str] = []
+    for kind, names in (("entry", spec.entry), ("exit", spec.exit)):
+        if names:
+            text = f"{kind} / {', '.join(names)}"
+            lines += textwrap.wrap(text, _ACTIONS_WIDTH, break_long_words=False, break_on_hyphens=False)
+    return lines
+
+
+# -- declared edges ---------------------------------------------------------------
+@attrs.frozen
+class _Edge:
+    """One transition as declared in the chart, on the state that declares it."""
+
+    state: str
+    trigger: str
+    target: str
+    guard: str | None
+    do: tuple[str, ...]
+    eventless: bool
+
+    @property
+    def key(self) -> tuple[str, str, bool]:
+        return (self.state, self.trigger, self.eventless)
+
+    def label(self, n: int = 0, guard: str | None = None, sep: str = " ") -> str:
+        """``trigger [guard]``, the count ``n`` if any, then ``/ do1, do2``; ``sep`` goes before the ``/``."""
+        guard = self.guard or guard
+        text = self.trigger + (f" [{guard}]" if guard else "") + _times(n)
+        return text + (f"{sep}/ {', '.join(self.do)}" if self.do else "")
+
+
+def _declared(chart: Chart) -> list[_Edge]:
+    """Every declared transition: per state in document order, its ``always`` ones then its ``on`` events."""
+    return [
+        _Edge(spec.path, t.trigger, t.target, t.guard, t.do, t.eventless)
+        for spec in chart.states.values()
+        for t in spec.declared()
+    ]
+
+
+def _edge_of(chart: Chart, source: str, trigger: str, dest: str) -> tuple[str, str, bool] | None:
+    """The declared edge a traced leaf transition took (None: this chart has no such transition)."""
+    leaf = chart.leaf_specs.get(source)
+    if leaf is None:
+        return None
+    if any(t.trigger == trigger and t.dest == dest for t in leaf.always):
+        return (source, trigger, True)
+    event = leaf.on.get(trigger)
+    if event is None or event.dest != dest:
+        return None
+    declared = next(a for a in chart.ancestors(source) if trigger in chart.states[a].on)
+    return (declared, trigger, False)
 
 
 # -- the overlay ------------------------------------------------------------------
@@ -108,29 +181,37 @@ class _Overlay:
     """A trace mapped onto the chart's states and declared edges."""
 
     visits: Counter[str]
-    edges: Counter[tuple[str, str]]
+    edges: Counter[tuple[str, str, bool]]
+    guards: dict[tuple[str, str, bool], str]
+    """The guard that decided each taken edge, as the trace's summary names it."""
     last: str | None
     final: bool
     failed_in: str | None
     error: str | None
+    interrupted_in: str | None
+    interrupted_by: str | None
     unmatched: int
     caption: str
+
+    def edge_label(self, edge: _Edge, sep: str = " ") -> str:
+        return edge.label(self.edges[edge.key], self.guards.get(edge.key), sep)
 
 
 def _overlay(chart: Chart, trace: TraceSummary) -> _Overlay:
     states = chart.states
     visits: Counter[str] = Counter({s: n for s, n in trace.visits.items() if s in states})
-    edges: Counter[tuple[str, str]] = Counter()
+    edges: Counter[tuple[str, str, bool]] = Counter()
+    guards: dict[tuple[str, str, bool], str] = {}
     unmatched = 0
     for (source, trigger, dest), n in trace.transitions.items():
-        if source not in states or dest not in states:
+        key = _edge_of(chart, source, trigger, dest) if source in states and dest in states else None
+        if key is None:
             unmatched += n
             continue
-        declared = next((a for a in chart.ancestors(source) if trigger in states[a].on), None)
-        if declared is None:
-            unmatched += n
-            continue
-        edges[(declared, trigger)] += n
+        edges[key] += n
+        guard = trace.guards.get((source, trigger, dest)) or chart.guard_of(source, trigger)
+        if guard is not None:
+            guards[key] = guard
         left = set(chart.ancestors(source))
         for above in list(chart.ancestors(dest))[1:]:  # compound states entered from outside
             if above not in left:
@@ -140,12 +221,16 @@ def _overlay(chart: Chart, trace: TraceSummary) -> _Overlay:
             visits[above] += 1
     last = trace.last_state if trace.last_state in states else None
     failed_in = trace.failed_in if trace.failed_in in states else None
+    interrupted_in = trace.interrupted_in if trace.interrupted and trace.interrupted_in in states else None
     if trace.events == 0:
         caption = f"run {trace.path.parent.name}: no events yet"
     elif trace.error is not None or failed_in is not None:
         lines = (trace.error or "").strip().splitlines()
         first_line = (lines[0] if len(lines[0]) <= 100 else lines[0][:99] + "…") if lines else "unknown error"
         caption = f"run {trace.path.parent.name}: failed in {trace.failed_in}: {first_line}"
+    elif trace.interrupted:
+        ended = f"ended in {trace.last_state}" if trace.is_final else f"now at {trace.last_state}"
+        caption = f"run {trace.path.parent.name}: stopped by {trace.interrupted_by} in {trace.interrupted_in}, {ended}"
     elif trace.is_final:
         caption = f"run {trace.path.parent.name}: ended in {trace.last_state}"
     else:
@@ -155,7 +240,19 @@ def _overlay(chart: Chart, trace: TraceSummary) -> _Overlay:
     caption += f", {trace.events} events"
     if unmatched:
         caption += f"; {unmatched} transitions are not in this chart"
-    return _Overlay(visits, edges, last, trace.is_final, failed_in, trace.error, unmatched, caption)
+    return _Overlay(
+        visits,
+        edges,
+        guards,
+        last,
+        trace.is_final,
+        failed_in,
+        trace.error,
+        interrupted_in,
+        trace.interrupted_by,
+        unmatched,
+        caption,
+    )
 
 
 def _note(ov: _Overlay | None, path: str) -> tuple[str, str | None]:
@@ -165,6 +262,8 @@ def _note(ov: _Overlay | None, path: str) -> tuple[str, str | None]:
     if path == ov.failed_in:
         message = "\n".join(_wrap(ov.error or "failed"))
         return f"\n✗ {message}", "failure"
+    if path == ov.interrupted_in:
+        return f"\n(stopped here: {ov.interrupted_by})", "interrupted"
     if path == ov.last:
         return ("\n(final)", "final") if ov.final else ("\n(current)", "current")
     return "", "visited" if ov.visits[path] else None
@@ -175,12 +274,6 @@ def _scope(chart: Chart, source: str, target: str) -> str | None:
     above_source = list(chart.ancestors(source))[1:]
     above_target = set(list(chart.ancestors(target))[1:])
     return next((a for a in above_source if a in above_target), None)
-
-
-def _declared(chart: Chart) -> Iterator[tuple[str, str, str]]:
-    for spec in chart.states.values():
-        for trigger, target in spec.on.items():
-            yield spec.path, trigger, target
 
 
 def _children(chart: Chart, parent: str | None) -> list[str]:
@@ -204,11 +297,9 @@ def to_mermaid(chart: Chart, trace: TraceSummary | None = None) -> str:
     ids = state_ids(chart)
     ov = _overlay(chart, trace) if trace is not None else None
     edges: defaultdict[str | None, list[str]] = defaultdict(list)
-    for source, trigger, target in _declared(chart):
-        n = ov.edges[(source, trigger)] if ov else 0
-        edges[_scope(chart, source, target)].append(
-            f"{ids[source]} --> {ids[target]} : {_mm_text(trigger + _times(n))}"
-        )
+    for e in _declared(chart):
+        label = ov.edge_label(e) if ov else e.label()
+        edges[_scope(chart, e.state, e.target)].append(f"{ids[e.state]} --> {ids[e.target]} : {_mm_text(label)}")
     classes: defaultdict[str, list[str]] = defaultdict(list)
     out: list[str] = []
     if ov is not None:
@@ -220,14 +311,17 @@ def to_mermaid(chart: Chart, trace: TraceSummary | None = None) -> str:
         children = _children(chart, parent)
         for path in children:
             count = _times(ov.visits[path]) if ov else ""
-            if chart.states[path].children:
-                out.append(f'{pad}state "{_mm_text(_short(path) + count)}" as {ids[path]} {{')
+            actions = _action_lines(chart.states[path])
+            if chart.states[path].children:  # a composite's actions go under its name in its title
+                title = "\n".join([_short(path) + count, *actions])
+                out.append(f'{pad}state "{_mm_text(title)}" as {ids[path]} {{')
                 scope(path, depth + 1)
                 out.append(f"{pad}}}")
                 continue
             suffix, cls = _note(ov, path)
             label = _mm_text(_short(path) + count) + _mm_text(suffix, markdown=True)
             out.append(f'{pad}state "{label}" as {ids[path]}')
+            out.extend(f"{pad}{ids[path]} : {_mm_text(line)}" for line in actions)
             if cls:
                 classes[cls].append(ids[path])
         out.append(f"{pad}[*] --> {ids[_initial(chart, parent)]}")
@@ -241,6 +335,7 @@ def to_mermaid(chart: Chart, trace: TraceSummary | None = None) -> str:
             f"    classDef final fill:{_VISITED[0]},stroke:{_VISITED[1]},stroke-width:4px",
             f"    classDef current fill:{_CURRENT[0]},stroke:{_CURRENT[1]},stroke-width:3px",
             f"    classDef failure fill:{_FAILED[0]},stroke:{_FAILED[1]},stroke-width:3px,color:#8e0000",
+            f"    classDef interrupted fill:{_INTERRUPTED[0]},stroke:{_INTERRUPTED[1]},stroke-width:3px",
         ]
         out += [f"    class {','.join(members)} {cls}" for cls, members in classes.items()]
     return "\n".join(out) + "\n"
@@ -269,14 +364,26 @@ def to_dot(chart: Chart, trace: TraceSummary | None = None) -> str:
     def inside(path: str, container: str) -> bool:
         return path in chart.states and container in chart.ancestors(path)
 
+    def label(path: str, suffix: str = "") -> str:
+        """An HTML-like label: the name (and count), its actions in small grey type, then ``suffix``."""
+        parts = [_html(_short(path) + (_times(ov.visits[path]) if ov else ""))]
+        actions = _action_lines(chart.states[path])
+        if actions:
+            parts.append(f"<font {_ACTIONS_FONT}>{'<br/>'.join(_html(line) for line in actions)}</font>")
+        if suffix:
+            parts.append(_html(suffix.lstrip("\n")))
+        return "<" + "<br/>".join(parts) + ">"
+
     def node(path: str, pad: str) -> str:
         suffix, cls = _note(ov, path)
-        attrs_ = [f"label={_dot_str(_short(path) + (_times(ov.visits[path]) if ov else '') + suffix)}"]
+        attrs_ = [f"label={label(path, suffix)}"]
         if cls == "failure":
             attrs_ += [f'style="rounded,filled,bold", fillcolor="{_FAILED[0]}", color="{_FAILED[1]}"']
             attrs_.append('fontcolor="#8e0000"')
         elif cls == "current":
             attrs_ += [f'style="rounded,filled,bold", fillcolor="{_CURRENT[0]}", color="{_CURRENT[1]}", penwidth=2']
+        elif cls == "interrupted":
+            attrs_ += [f'style="rounded,filled,bold", fillcolor="{_INTERRUPTED[0]}", color="{_INTERRUPTED[1]}"']
         elif cls in ("visited", "final"):
             attrs_ += [f'style="rounded,filled", fillcolor="{_VISITED[0]}", color="{_VISITED[1]}"']
         if cls == "final":
@@ -298,7 +405,7 @@ def to_dot(chart: Chart, trace: TraceSummary | None = None) -> str:
                 continue
             n = ov.visits[path] if ov else 0
             out.append(f"{pad}subgraph {_dot_str('cluster_' + ids[path])} {{")
-            out.append(f"{pad}  label={_dot_str(_short(path) + _times(n))};")
+            out.append(f"{pad}  label={label(path)};")
             fill, border = _CLUSTER_VISITED
             out.append(
                 f'{pad}  style="rounded,filled"; fillcolor="{fill}"; color="{border}";'
@@ -323,16 +430,20 @@ def to_dot(chart: Chart, trace: TraceSummary | None = None) -> str:
         for path in _children(chart, parent):
             if chart.states[path].final:
                 out.append(edge(path, "", anchor(path), marker(parent, "end"), []))
-    for source, trigger, target in _declared(chart):
-        extra = []
-        n = ov.edges[(source, trigger)] if ov else 0
-        extra.append(f"label={_dot_str(' ' + trigger + _times(n))}")
+    for e in _declared(chart):
+        n = ov.edges[e.key] if ov else 0
+        text = ov.edge_label(e, sep="\n") if ov else e.label(sep="\n")
+        extra = [f"label={_dot_str(' ' + text)}"]
         if ov is not None and n:
-            color = _FAILED[1] if trigger in _FAILURE_TRIGGERS else _VISITED[1]
+            color = _VISITED[1]
+            if e.trigger in _FAILURE_TRIGGERS:
+                color = _FAILED[1]
+            elif e.trigger in _INTERRUPT_EDGE_TRIGGERS:
+                color = _INTERRUPTED[1]
             extra.append(f'penwidth=2.2, color="{color}", fontcolor="{color}"')
         elif ov is not None:
             extra.append(f'color="{_IDLE_EDGE}", fontcolor="{_IDLE_EDGE}"')
-        out.append(edge(source, target, anchor(source), anchor(target), extra))
+        out.append(edge(e.state, e.target, anchor(e.state), anchor(e.target), extra))
     out.append("}")
     return "\n".join(out) + "\n"
 

@@ -4,11 +4,17 @@ Each line is one transition: ``{"time", "event" (the leaf entered), "trigger",
 "source" (the leaf left), "epoch", "global_step", "batch_idx", "count"}``. A failed
 run also carries ``"error": "Type: message"`` on its ``teardown`` (via ``fail``) and
 ``failed`` lines. A run still writing may leave a partial last line; it is ignored.
+
+The file does not say why a transition was taken; the chart does: the guard of the
+``always`` transition ``trigger`` out of ``source`` (:meth:`Chart.guard_of
+<interlock.core.chart.Chart.guard_of>`) held. :attr:`TraceSummary.guards` records it
+per taken transition, so a summary answers "why did validation run here".
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,10 +25,12 @@ import attrs
 from interlock.core.chart import Chart, load_chart
 from interlock.core.errors import InterlockError
 
-__all__ = ["TRACE_FILE", "TraceError", "TraceSummary", "read_trace"]
+__all__ = ["INTERRUPT_TRIGGERS", "TRACE_FILE", "TraceError", "TraceSummary", "read_trace"]
 
 TRACE_FILE = "events.jsonl"
 _REQUIRED = ("event", "trigger", "source")
+#: Triggers that stop a run early without an error: Ctrl-C (an external event) and a preemption signal.
+INTERRUPT_TRIGGERS = ("interrupt", "preempt")
 
 
 class TraceError(InterlockError, ValueError):
@@ -50,6 +58,12 @@ class TraceSummary:
     last_global_step: int | None = None
     truncated: bool = False
     """A partial last line (a run still writing) was ignored."""
+    guards: Mapping[tuple[str, str, str], str | None] = attrs.field(factory=dict)
+    """The guard that decided each taken transition (``None``: the default, or an event from outside)."""
+    interrupted_in: str | None = None
+    """The state the run was stopped in without an error (the source of ``interrupt`` or ``preempt``)."""
+    interrupted_by: str | None = None
+    """The trigger that stopped it there: ``interrupt`` (Ctrl-C) or ``preempt`` (a preemption signal)."""
 
     @property
     def in_progress(self) -> bool:
@@ -59,8 +73,23 @@ class TraceSummary:
     def failed(self) -> bool:
         return self.error is not None
 
+    @property
+    def interrupted(self) -> bool:
+        """The (last) run was stopped by Ctrl-C or a preemption signal, not by an error."""
+        return self.interrupted_in is not None and self.error is None
 
-def _trace_file(path: str | Path) -> Path:
+    @property
+    def decided(self) -> dict[str, int]:
+        """How many transitions each guard decided, by guard name (defaults and events left out)."""
+        out: dict[str, int] = {}
+        for key, n in self.transitions.items():
+            guard = self.guards.get(key)
+            if guard is not None:
+                out[guard] = out.get(guard, 0) + n
+        return dict(sorted(out.items()))
+
+
+def _trace_file(path: str | os.PathLike[str]) -> Path:
     path = Path(path)
     if path.is_dir():
         file = path / TRACE_FILE
@@ -85,18 +114,20 @@ def _parse(line: str, file: Path, lineno: int) -> dict[str, Any]:
     return record
 
 
-def read_trace(path: str | Path, chart: Chart | None = None) -> TraceSummary:
+def read_trace(path: str | os.PathLike[str], chart: Chart | None = None) -> TraceSummary:
     """Summarise the trace in run directory ``path`` (or the ``events.jsonl`` file itself).
 
     ``chart`` decides which states are final; the built-in lifecycle when None. When the
     trace holds several runs (a final state left by ``setup``), ``error`` and ``failed_in``
-    describe the last run only; the counts cover them all.
+    describe the last run only; the counts cover them all. The chart also names the guard
+    that decided each taken transition (:attr:`TraceSummary.guards`).
     """
     file = _trace_file(path)
-    finals = (chart if chart is not None else load_chart()).final_states
+    the_chart = chart if chart is not None else load_chart()
+    finals = the_chart.final_states
     visits: Counter[str] = Counter()
     transitions: Counter[tuple[str, str, str]] = Counter()
-    first = last = error = failed_in = prev_trigger = None
+    first = last = error = failed_in = prev_trigger = interrupted_in = interrupted_by = None
     epoch = step = None
     events = 0
     pending: tuple[int, str] | None = None  # an unparsable line: fine only if it is the last one
@@ -121,7 +152,9 @@ def read_trace(path: str | Path, chart: Chart | None = None) -> TraceSummary:
             last = dest
             epoch, step = record.get("epoch", epoch), record.get("global_step", step)
             if source in finals:  # a new run starts in the same trace: its outcome is what counts
-                error = failed_in = None
+                error = failed_in = interrupted_in = interrupted_by = None
+            if trigger in INTERRUPT_TRIGGERS:
+                interrupted_in, interrupted_by = source, trigger
             if trigger == "fail" or (record.get("error") is not None and prev_trigger != "fail"):
                 failed_in = source
             if record.get("error") is not None:
@@ -132,6 +165,7 @@ def read_trace(path: str | Path, chart: Chart | None = None) -> TraceSummary:
         events=events,
         visits=dict(visits),
         transitions=dict(transitions),
+        guards={key: the_chart.guard_of(key[0], key[1]) for key in transitions},
         first_state=first,
         last_state=last,
         is_final=last in finals,
@@ -140,4 +174,6 @@ def read_trace(path: str | Path, chart: Chart | None = None) -> TraceSummary:
         last_epoch=epoch,
         last_global_step=step,
         truncated=pending is not None,
+        interrupted_in=interrupted_in,
+        interrupted_by=interrupted_by,
     )

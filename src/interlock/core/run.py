@@ -1,0 +1,110 @@
+"""What the chart's actions and guards work on: a frozen plan and the live objects torch needs.
+
+:class:`RunPlan` is what one call of ``fit``/``validate``/``test``/``predict`` was
+asked to do; it never changes. :class:`Run` adds the live objects: the module,
+its optimizers and schedulers, the plugins, the data feeds and the batch in
+flight (:class:`Step`). What the trainer *knows* is not here: actions read it as
+``run.state`` (frozen) and change it only by returning updates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import attrs
+import torch
+
+from interlock.core.config import TrainerConfig
+from interlock.core.progress import Counters
+from interlock.core.state import TrainerState
+
+__all__ = ["Run", "RunPlan", "Step"]
+
+STAGE_DATA = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("predict",)}
+
+
+@attrs.frozen
+class RunPlan:
+    """One stage as asked: which, with what flags, data, checkpoint and seed."""
+
+    stage: str
+    config: TrainerConfig
+    loaders: Mapping[str, Iterable[Any] | None]
+    run_dir: str
+    root: str
+    seed: int | None = None
+    ckpt_path: Any = None
+
+
+@attrs.define(slots=True)
+class Step:
+    """The batch in flight: what was fetched, and what the step made of it."""
+
+    batch: Any = None
+    index: int = 0
+    fetched: bool = False
+    outputs: Any = None
+    loss: torch.Tensor | None = None
+
+
+def _no_state() -> TrainerState:
+    return TrainerState()
+
+
+@attrs.define(slots=True, eq=False)
+class Run:
+    """The live objects of one stage, shared by its actions and guards.
+
+    ``hardware`` holds the accelerator, precision and strategy plugins;
+    ``dist`` what the strategy set up (step wrappers, metric reduction, stop
+    agreement); ``feeds`` one data feed per loader (``train``, ``val``, ...).
+    ``counters`` and ``state`` are the runtime's, read-only here.
+    """
+
+    plan: RunPlan
+    hardware: Any
+    module: torch.nn.Module
+    counters: Counters = attrs.field(factory=Counters)
+    state_ref: Callable[[], TrainerState] = _no_state
+    facts_ref: Callable[[], TrainerState] = _no_state
+    device: torch.device = attrs.field(factory=lambda: torch.device("cpu"))
+    dist: Any = None
+    optimizers: list[torch.optim.Optimizer] = attrs.field(factory=list)
+    schedulers: list[Any] = attrs.field(factory=list)
+    feeds: dict[str, Any] = attrs.field(factory=dict)
+    #: the strategy's step callables (``training_step`` through DDP, ...); the module's own when absent
+    steps: dict[str, Callable[..., Any]] = attrs.field(factory=dict)
+    #: device move and precision input cast of a fetched batch (``None``: batches are used as they come)
+    prepare_batch: Callable[[Any], Any] | None = None
+    step: Step = attrs.field(factory=Step)
+    signals: Any = None
+    checkpoint_io: Any = None
+    predictions: list[Any] = attrs.field(factory=list)
+    results: dict[str, float] = attrs.field(factory=dict)
+    #: the exception that is ending the stage, and the state it happened in
+    error: BaseException | None = None
+    failed_in: str = ""
+    #: room for the live objects of user actions (an EMA copy of the weights, ...)
+    extras: dict[str, Any] = attrs.field(factory=dict)
+
+    @property
+    def state(self) -> TrainerState:
+        """What the trainer knows now (frozen)."""
+        return self.state_ref()
+
+    @property
+    def facts(self) -> TrainerState:
+        """The state as last updated, without the live chart position and counters: no snapshot is built.
+
+        For guards on the per-batch path that read ``should_stop``, ``metrics`` or ``data``.
+        """
+        return self.facts_ref()
+
+    @property
+    def config(self) -> TrainerConfig:
+        return self.plan.config
+
+    @property
+    def stage(self) -> str:
+        return self.plan.stage

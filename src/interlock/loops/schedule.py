@@ -1,0 +1,138 @@
+"""The fit loop's decisions, as the chart's guards: when to validate, when an epoch or the fit is over.
+
+Each guard is bound once per stage; what depends on the data (how many batches
+an epoch has) is read on the first call, after ``data.setup``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from interlock.core.registry import Guard, Registry
+from interlock.core.run import Run
+
+__all__ = ["ValSchedule", "register"]
+
+
+@attrs.frozen
+class ValSchedule:
+    """When validation runs, from the flags and the training epoch's length."""
+
+    #: validation is configured at all
+    validates: bool
+    #: validate every N finished batches (None: only at the end of the epoch)
+    every_batches: int | None
+    #: count ``every_batches`` across epochs (``check_val_every_n_epoch=None``)
+    across_epochs: bool
+    every_epochs: int | None
+    fractional: bool
+
+    @classmethod
+    def of(cls, run: Run) -> ValSchedule:
+        cfg = run.config
+        interval = cfg.val_check_interval
+        limit = run.feeds["train"].limit
+        every: int | None = None
+        if isinstance(interval, int):
+            every = interval
+        elif interval != 1.0 and limit is not None:
+            every = max(1, int(limit * interval))
+        return cls(
+            validates="val" in run.feeds and cfg.limit("val") != 0,
+            every_batches=every,
+            across_epochs=cfg.check_val_every_n_epoch is None,
+            every_epochs=cfg.check_val_every_n_epoch,
+            fractional=isinstance(interval, float),
+        )
+
+    def due(self, run: Run, at_epoch_end: bool, batch_done: bool = True) -> bool:
+        """Whether validation runs now: after a batch, or (``batch_done=False``) when the data ran out."""
+        if not self.validates:
+            return False
+        c = run.counters
+        if self.every_epochs is not None and (c.epoch + 1) % self.every_epochs:
+            return False
+        every = self.every_batches
+        if every is None:
+            return at_epoch_end
+        if self.fractional and at_epoch_end:
+            return True  # a fraction of the epoch always includes its end
+        if not batch_done:
+            return False
+        done = c.train_batches if self.across_epochs else c.batch_idx
+        return done % every == 0
+
+
+def _stopping(run: Run) -> bool:
+    """A stop was asked for or ``max_steps`` is reached, agreed by every process."""
+    max_steps = run.config.max_steps
+    stop = run.facts.should_stop or (max_steps != -1 and run.counters.global_step >= max_steps)
+    agree = run.dist.agree if run.dist is not None else None
+    return agree(stop) if agree is not None else stop
+
+
+def _epoch_over(run: Run) -> bool:
+    limit = run.feeds["train"].limit
+    return limit is not None and run.counters.batch_idx >= limit
+
+
+def register(reg: Registry) -> None:
+    """``schedule.*`` (validation) and ``limits.*`` (ends of epochs and of the fit) guards."""
+
+    def schedule_of(run: Run) -> ValSchedule:
+        sched = run.extras.get("interlock.val_schedule")
+        if sched is None:
+            sched = run.extras["interlock.val_schedule"] = ValSchedule.of(run)
+        assert isinstance(sched, ValSchedule)
+        return sched
+
+    @reg.guard("schedule.sanity_due")
+    def sanity_due(run: Run, params: Mapping[str, Any]) -> Guard:
+        """There is validation data and num_sanity_val_steps is not 0."""
+        return lambda: "val" in run.feeds and run.config.sanity_steps != 0
+
+    @reg.guard("schedule.val_due")
+    def val_due(run: Run, params: Mapping[str, Any]) -> Guard:
+        """Validation is due after this batch (val_check_interval, check_val_every_n_epoch, end of epoch)."""
+
+        def due() -> bool:
+            sched = schedule_of(run)
+            return sched.validates and sched.due(run, at_epoch_end=_epoch_over(run))
+
+        return due
+
+    @reg.guard("schedule.val_due_at_end")
+    def val_due_at_end(run: Run, params: Mapping[str, Any]) -> Guard:
+        """The data ran out and validation is due at the end of this epoch."""
+        step = run.step
+        return lambda: not step.fetched and schedule_of(run).due(run, at_epoch_end=True, batch_done=False)
+
+    @reg.guard("limits.epoch_done")
+    def epoch_done(run: Run, params: Mapping[str, Any]) -> Guard:
+        """The epoch's batch limit is reached, a stop was agreed, or max_steps is reached."""
+        counters, signals, max_steps = run.counters, run.signals, run.config.max_steps
+
+        def done() -> bool:
+            if _epoch_over(run) or signals.stop:
+                return True
+            return max_steps != -1 and counters.global_step >= max_steps
+
+        return done
+
+    @reg.guard("limits.epoch_done_after_val")
+    def epoch_done_after_val(run: Run, params: Mapping[str, Any]) -> Guard:
+        """After validation: the epoch's data ran out or its limit is reached, or the fit is stopping."""
+        return lambda: run.feeds["train"].exhausted or _epoch_over(run) or _stopping(run)
+
+    @reg.guard("limits.fit_done")
+    def fit_done(run: Run, params: Mapping[str, Any]) -> Guard:
+        """A stop was agreed, max_steps is reached, or this was the last epoch (max_epochs)."""
+
+        def done() -> bool:
+            epochs = run.config.epochs
+            return _stopping(run) or (epochs is not None and run.counters.epoch + 1 >= epochs)
+
+        return done

@@ -1,0 +1,74 @@
+"""The training batch's own work: the module's step, and what an event of it carries.
+
+Chart region ``fit.train.batch`` (the data, precision and optimizer actions are
+their connectors')::
+
+    fetch [data.fetch] -fetched-> step [module.training_step] -backward-> backward [precision.backward]
+    backward -optimizer_step [optim.step_due]-> optimizer_step [optim.step] -stepped-> end
+    backward -accumulate-> end
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from interlock.connectors.metrics import loss_of
+from interlock.core.registry import Action, Registry
+from interlock.core.run import Run
+
+__all__ = ["learning_rates", "register"]
+
+
+def learning_rates(run: Run) -> tuple[tuple[str, tuple[float, ...]], ...]:
+    """``(optimizer class name, learning rate of each param group)`` for each optimizer."""
+    return tuple((type(o).__name__, tuple(float(g["lr"]) for g in o.param_groups)) for o in run.optimizers)
+
+
+def register(reg: Registry) -> None:
+    """``module.train``, ``module.training_step`` and the payload keys of training events."""
+
+    @reg.action("module.train")
+    def train(run: Run, params: Mapping[str, Any]) -> Action:
+        """Put the module in training mode."""
+        return lambda: run.module.train() and None
+
+    @reg.action("module.training_step")
+    def training_step(run: Run, params: Mapping[str, Any]) -> Action:
+        """Run ``training_step(batch, batch_idx)`` (through the strategy's wrapper and the precision's autocast)."""
+        step = run.step
+        call: Any = None
+        feed: Any = None
+
+        def act() -> None:
+            nonlocal call, feed
+            if call is None:  # the strategy's wrapper and the data exist once setup ran
+                fn = run.steps.get("training_step") or run.module.training_step
+                call, feed = run.hardware.precision.forward(fn, run.device.type), run.feeds["train"]
+            step.outputs = feed.last_outputs = outputs = call(step.batch, step.index)
+            step.loss = loss_of(outputs)
+
+        return act
+
+    @reg.payload_key("batch")
+    def batch(run: Run) -> Any:
+        """The batch in flight."""
+        step = run.step
+        return lambda: step.batch
+
+    @reg.payload_key("batch_idx")
+    def batch_idx(run: Run) -> Any:
+        """Its index in the epoch (in the loop, for evaluation)."""
+        step = run.step
+        return lambda: step.index
+
+    @reg.payload_key("outputs")
+    def outputs(run: Run) -> Any:
+        """What the step returned."""
+        step = run.step
+        return lambda: step.outputs
+
+    @reg.payload_key("lr", lazy=True)
+    def lr(run: Run) -> Any:
+        """The learning rate of each optimizer's param groups."""
+        return lambda: learning_rates(run)

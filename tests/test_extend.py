@@ -1,0 +1,166 @@
+"""Extending the lifecycle: a copy of the chart with a user state and a user action runs, renders, traces, resumes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import interlock
+from conftest import TinyModule, loader
+from interlock import SaveCheckpoint, SetListenerState
+from interlock.core.run import Run
+from interlock.listeners import EventTrace
+
+BUILTIN = Path(__file__).resolve().parents[1] / "statecharts" / "trainer.yaml"
+DECAY = 0.75
+STEPPED = "                  - {trigger: stepped, target: end, count: [step, batch]}\n"
+WITH_EMA = (
+    "                  - {trigger: stepped, target: ema}\n"
+    "              ema:\n"
+    "                doc: an exponential moving average of the weights after every optimizer step\n"
+    "                entry: [ema.update]\n"
+    "                always:\n"
+    "                  - {trigger: averaged, target: end, count: [step, batch]}\n"
+)
+
+
+def ema_update(run: Run) -> SetListenerState:
+    """Fold the weights just stepped into their moving average (kept in the trainer state, so it resumes)."""
+    stored = run.facts.listener_state("ema")
+    shadow = stored.get("shadow")
+    with torch.no_grad():
+        new = {
+            name: p.detach().clone() if shadow is None else shadow[name] * DECAY + p.detach() * (1 - DECAY)
+            for name, p in run.module.named_parameters()
+        }
+    return SetListenerState("ema", {"shadow": new, "updates": stored.get("updates", 0) + 1})
+
+
+@pytest.fixture
+def ema_chart(tmp_path: Path) -> Path:
+    text = BUILTIN.read_text()
+    assert text.count(STEPPED) == 1
+    path = tmp_path / "ema.yaml"
+    path.write_text(text.replace(STEPPED, WITH_EMA))
+    return path
+
+
+def fit(
+    root: Path, chart: Path, ckpt: Path | None = None, save_after: int | None = None, val: bool = True
+) -> tuple[Any, TinyModule]:
+    torch.manual_seed(0)
+    module = TinyModule()
+    trainer = interlock.Trainer(
+        max_epochs=2,
+        limit_val_batches=2,
+        listeners=[EventTrace()],
+        default_root_dir=root,
+        chart=chart,
+        actions={"ema.update": ema_update},
+    )
+    if save_after is not None:
+        saved = root / "mid.ckpt"
+        trainer.on("fit.train.batch.end", lambda e: SaveCheckpoint(str(saved)), once=save_after)
+
+        def crash(event: interlock.Event) -> None:
+            if saved.exists():
+                raise KeyboardInterrupt
+
+        trainer.on("fit.train.batch.fetch", crash)
+    try:
+        trainer.fit(module, loader(64, 8, shuffle=True), loader(32, 8) if val else None, ckpt_path=ckpt)
+    except KeyboardInterrupt:
+        pass
+    return trainer, module
+
+
+def plain_ema(steps: int) -> dict[str, torch.Tensor]:
+    """The same training in plain PyTorch, averaging after each optimizer step."""
+    torch.manual_seed(0)
+    module = TinyModule()
+    opt = module.configure_optimizers()
+    data = loader(64, 8, shuffle=True)
+    shadow: dict[str, torch.Tensor] | None = None
+    for _ in range(2):
+        for i, batch in enumerate(data):
+            module.training_step(batch, i).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            with torch.no_grad():
+                now = {n: p.detach().clone() for n, p in module.named_parameters()}
+                shadow = now if shadow is None else {n: shadow[n] * DECAY + now[n] * (1 - DECAY) for n in now}
+    assert shadow is not None
+    return shadow
+
+
+def test_an_added_state_runs_after_every_optimizer_step(tmp_path: Path, ema_chart: Path) -> None:
+    """The user's `ema` state is entered once per optimizer step and its action's result lands in the state."""
+    trainer, module = fit(tmp_path / "a", ema_chart)
+    state = trainer.state
+    assert state.status == "finished" and state.global_step == 16
+    assert state.counts["fit.train.batch.ema"] == 16
+    ema = state.listener_state("ema")
+    assert ema["updates"] == 16
+    assert set(ema["shadow"]) == {n for n, _ in module.named_parameters()}
+    assert not torch.equal(ema["shadow"]["net.0.weight"], module.net[0].weight)
+
+
+def test_an_added_state_is_drawn_with_its_action_and_traced(tmp_path: Path, ema_chart: Path) -> None:
+    """The rendering shows the new state, its action and its edges; the run's trace counts its visits."""
+    trainer, _ = fit(tmp_path / "a", ema_chart)
+    text = trainer.chart("mermaid")
+    assert "ema.update" in text and "averaged" in text
+    traced = trainer.chart("mermaid", trace=trainer.run_dir)
+    assert "averaged \u00d716" in traced
+
+
+def test_a_run_with_an_added_state_resumes_exactly(tmp_path: Path, ema_chart: Path) -> None:
+    """Stopped after a batch and resumed in a new trainer, the run ends bitwise equal, moving average included."""
+    whole, whole_module = fit(tmp_path / "whole", ema_chart)
+    fit(tmp_path / "cut", ema_chart, save_after=5)
+    resumed, resumed_module = fit(tmp_path / "cut", ema_chart, ckpt=tmp_path / "cut" / "mid.ckpt")
+    for a, b in zip(whole_module.state_dict().values(), resumed_module.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+    a, b = whole.state.listener_state("ema"), resumed.state.listener_state("ema")
+    assert a["updates"] == b["updates"] == 16
+    assert all(torch.equal(a["shadow"][n], b["shadow"][n]) for n in a["shadow"])
+    assert whole.state.history == resumed.state.history
+
+
+def test_without_the_action_registered_the_chart_is_refused(ema_chart: Path) -> None:
+    """A chart naming an action nobody registered fails at Trainer() with the name and the registered ones."""
+    with pytest.raises(interlock.ChartError, match=r"unknown action 'ema.update'; registered: "):
+        interlock.Trainer(chart=ema_chart, listeners=[])
+
+
+def test_renaming_a_region_keeps_the_chart_running(tmp_path: Path) -> None:
+    """A copy of the chart with `fit.train` renamed trains exactly as the built-in one (nothing names the path)."""
+    text = BUILTIN.read_text().replace(
+        "      train:\n        initial: epoch_start", "      training:\n        initial: epoch_start"
+    )
+    text = text.replace("#fit.train.", "#fit.training.").replace('"#fit.train"', '"#fit.training"')
+    text = text.replace("{trigger: train, target: train}", "{trigger: train, target: training}")
+    path = tmp_path / "renamed.yaml"
+    path.write_text(text)
+    results = []
+    for chart in (None, path):
+        torch.manual_seed(0)
+        module = TinyModule()
+        trainer = interlock.Trainer(max_epochs=2, listeners=[], default_root_dir=tmp_path, chart=chart)
+        trainer.fit(module, loader(64, 16), loader(32, 16))
+        results.append((module, trainer.state))
+    (m1, s1), (m2, s2) = results
+    assert all(torch.equal(a, b) for a, b in zip(m1.state_dict().values(), m2.state_dict().values(), strict=True))
+    assert s2.counts["fit.training.batch.end"] == s1.counts["fit.train.batch.end"] == 8
+    assert s1.history == s2.history
+
+
+def test_the_added_state_matches_a_plain_loop(tmp_path: Path, ema_chart: Path) -> None:
+    """The moving average computed in the chart equals one computed beside a plain PyTorch loop, bit for bit."""
+    trainer, _ = fit(tmp_path / "a", ema_chart, val=False)
+    expected = plain_ema(16)
+    shadow = trainer.state.listener_state("ema")["shadow"]
+    assert all(torch.equal(shadow[n], expected[n]) for n in expected)
