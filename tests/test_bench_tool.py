@@ -30,7 +30,18 @@ def test_bench_quick_json_shape() -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout)
 
-    assert set(report) >= {"machine", "config", "targets", "variants", "steps", "ddp", "ckpt", "resume", "rss"}
+    assert set(report) >= {
+        "machine",
+        "config",
+        "targets",
+        "variants",
+        "steps",
+        "ddp",
+        "ckpt",
+        "resume",
+        "rss",
+        "epochs",
+    }
     assert report["config"]["quick"] is True
 
     variants = report["variants"]
@@ -77,6 +88,12 @@ def test_bench_quick_json_shape() -> None:
     assert all(_finite(v) for v in rss["peak_rss_mb"].values())
     assert all(_finite(g["mb"]) for g in rss["growth"].values()), rss["growth"]
     assert rss["peak_verdict"] in ("PASS", "MISS") and rss["growth_verdict"] in ("PASS", "MISS")
+
+    epochs = report["epochs"]
+    assert epochs["status"] == "ok", epochs
+    assert epochs["epochs"] == report["config"]["growth_epochs"] and epochs["history_rows"] == 2 * epochs["epochs"]
+    assert _finite(epochs["early_ms"]) and _finite(epochs["late_ms"]) and _finite(epochs["ratio"])
+    assert epochs["verdict"] in ("PASS", "MISS")
 
 
 def test_bench_rejects_unknown_section() -> None:

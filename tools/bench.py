@@ -70,7 +70,8 @@ SIZES: dict[str, dict[str, Any]] = {
         "growth_epochs": 1_500,
         "repeats": 5,
         "warmup": 1,
-        "same_process_runs": 2,
+        "same_process_runs": 15,
+        "same_process_samples": 3_000,
     },
     "quick": {
         "steps_samples": 200,
@@ -85,7 +86,8 @@ SIZES: dict[str, dict[str, Any]] = {
         "growth_epochs": 120,
         "repeats": 1,
         "warmup": 0,
-        "same_process_runs": 1,
+        "same_process_runs": 2,
+        "same_process_samples": 200,
     },
 }
 
@@ -170,27 +172,40 @@ SAME_PROCESS = ("plain", "interlock_bare", "interlock_default")
 def steps_same_process(
     runner: Runner, size: dict[str, Any], variants: Sequence[str], processes: int
 ) -> dict[str, dict[str, Any]]:
-    """Per variant: the median over ``processes`` worker processes of its overhead over ``plain`` measured
-    inside one process (each process runs every variant ``size['same_process_runs']`` times, fresh objects)."""
+    """Per variant: its overhead over ``plain`` measured inside one process, as the median over every round of
+    every process of ``variant - plain`` in that round (each process runs every variant
+    ``size['same_process_runs']`` times, ``size['same_process_samples']`` samples a run, fresh objects).
+
+    A run's cost is its median step (the median gap between consecutive training steps). Pairing the runs of one
+    round cancels what a shared machine does to the speed of everything for seconds at a time, which moves a
+    run's cost by a hundred µs here; short runs and many rounds make the pairs close in time.
+    """
     if "plain" not in variants or len(variants) < 2:
         return {}
     runner.log(
         f"[steps] the same variants in one process, fresh objects per run: {processes} processes x "
         f"{size['same_process_runs']} rounds"
     )
-    base = {"task": "steps_same_process", "samples": size["steps_samples"], "batch": size["batch"], "threads": 1}
-    per_process: dict[str, list[float]] = {v: [] for v in variants if v != "plain"}
+    base = {
+        "task": "steps_same_process",
+        "samples": size["same_process_samples"],
+        "batch": size["batch"],
+        "threads": 1,
+    }
+    per_round: dict[str, list[float]] = {v: [] for v in variants if v != "plain"}
+    per_process: dict[str, list[float]] = {v: [] for v in per_round}
     for index in range(processes):
         result = runner.run({**base, "variants": list(variants), "runs": size["same_process_runs"], "shift": index})
-        times = result.get("us_per_step")
+        times = result.get("median_step_us")
         if not times:
             continue
-        plain = statistics.median(times["plain"])
-        for variant, diffs in per_process.items():
-            diffs.append(statistics.median(times[variant]) - plain)
+        for variant, diffs in per_round.items():
+            pairs = [a - b for a, b in zip(times[variant], times["plain"], strict=True)]
+            diffs.extend(pairs)
+            per_process[variant].append(statistics.median(pairs))
     return {
-        v: {"overhead": statistics.median(diffs) if diffs else None, "samples": diffs}
-        for v, diffs in per_process.items()
+        v: {"overhead": statistics.median(diffs) if diffs else None, "samples": per_process[v], "rounds": len(diffs)}
+        for v, diffs in per_round.items()
     }
 
 
@@ -260,6 +275,8 @@ def section_steps(
             "cpu_overhead_us_per_step": None if cpu is None or plain_cpu is None else cpu - plain_cpu,
             "paired_cpu_overhead_us_per_step": paired_median(rs, runs.get("plain", []), "cpu_us_per_step"),
             "min_us_per_step": min((r["us_per_step"] for r in rs if "us_per_step" in r), default=None),
+            "median_step_us": median_of(rs, "median_step_us"),
+            "paired_median_step_overhead_us": paired_median(rs, runs.get("plain", []), "median_step_us"),
             "startup_ms": median_of(rs, "startup_ms"),
             "fit_us_per_step": fit,
             "fit_overhead_us_per_step": None if fit is None or plain_fit is None else fit - plain_fit,
@@ -455,9 +472,14 @@ def section_epochs(runner: Runner, size: dict[str, Any]) -> dict[str, Any]:
     ms = result.get("epoch_ms") or []
     if len(ms) < 20:
         return {"status": "error", "error": result.get("error", "too few epochs measured")}
-    early_from, window = (10, 50) if len(ms) >= 200 else (2, max(5, len(ms) // 10))
-    early = statistics.median(ms[early_from : early_from + window])
-    late = statistics.median(ms[-window:])
+    # lower quartiles of two long windows: an epoch's own cost, robust to the bursts of a shared machine
+    early_from, window = (50, 200) if len(ms) >= 1000 else (2, max(8, len(ms) // 8))
+
+    def typical(values: list[float]) -> float:
+        return statistics.quantiles(values, n=4)[0]
+
+    early = typical(ms[early_from : early_from + window])
+    late = typical(ms[-window:])
     ratio = late / early if early else None
     return {
         "status": "ok",
@@ -467,6 +489,7 @@ def section_epochs(runner: Runner, size: dict[str, Any]) -> dict[str, Any]:
         "late_epochs": [len(ms) - window, len(ms)],
         "early_ms": early,
         "late_ms": late,
+        "statistic": "lower quartile of the epochs' times in each window",
         "ratio": ratio,
         "target_ratio": TARGETS["epoch_growth_ratio"],
         "verdict": verdict(ratio, TARGETS["epoch_growth_ratio"]),

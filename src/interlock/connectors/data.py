@@ -199,6 +199,10 @@ class Feed:
         self.limit = num_batches(self.data.loader, limit)
 
 
+def _no_training_data() -> None:
+    raise RuntimeError("data.fetch ran in a stage without training data; the chart sends only fit here")
+
+
 def register(reg: Registry) -> None:
     """The data connector's actions: ``data.setup``, ``data.start_epoch``, ``data.reenter``, ``data.fetch``."""
 
@@ -252,15 +256,17 @@ def register(reg: Registry) -> None:
     def fetch(run: Run, params: Mapping[str, Any]) -> Action:
         """Take the next training batch (moved to the device); note when the epoch's data ran out."""
         step, counters = run.step, run.counters
-        feed: Feed | None = None
-        prepare: Any = None
+        if "train" not in run.feeds:  # a stage without training data never fetches here
+            return _no_training_data
+        feed = run.feeds["train"]
+        prepare: Any = False
 
         def act() -> Update | None:
-            nonlocal feed, prepare
-            if feed is None:  # bound before setup made them: read once, on the first batch
-                feed, prepare = run.feeds["train"], run.prepare_batch
+            nonlocal prepare
+            if prepare is False:  # bound before setup chose it: read once, on the first batch
+                prepare = run.prepare_batch
             try:
-                batch = next(feed.it)  # type: ignore[arg-type]
+                batch = next(feed.it)
             except StopIteration:
                 step.fetched, feed.exhausted = False, True
                 return SetDataPosition({"exhausted": True})

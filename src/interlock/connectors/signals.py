@@ -77,16 +77,19 @@ def register(reg: Registry) -> None:
     @reg.action("signals.vote")
     def vote(run: Run, params: Mapping[str, Any]) -> Action:
         """Agree across processes, without blocking, whether to stop or to save and exit."""
-        signals, counters = run.signals, run.counters
+        signals, counters, flag, facts = run.signals, run.counters, run.signals.flag, run.facts_ref
+
+        def alone() -> None:  # one process: the flags as they are
+            signals.stop, signals.preempted = facts().should_stop, flag.received is not None
 
         def act() -> None:
-            stop, preempted = run.facts.should_stop, signals.flag.received is not None
+            stop, preempted = facts().should_stop, flag.received is not None
             vote = run.dist.vote if run.dist is not None else None
             if vote is not None:
                 stop, preempted = vote(counters.train_batches, stop, preempted)
             signals.stop, signals.preempted = stop, preempted
 
-        return act
+        return alone if run.hardware.strategy.world_size == 1 else act
 
     @reg.action("signals.drain")
     def drain(run: Run, params: Mapping[str, Any]) -> Action:

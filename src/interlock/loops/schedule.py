@@ -74,6 +74,10 @@ def _stopping(run: Run) -> bool:
     return agree(stop) if agree is not None else stop
 
 
+def _never() -> bool:
+    return False
+
+
 def _epoch_over(run: Run) -> bool:
     limit = run.feeds["train"].limit
     return limit is not None and run.counters.batch_idx >= limit
@@ -97,10 +101,11 @@ def register(reg: Registry) -> None:
     @reg.guard("schedule.val_due")
     def val_due(run: Run, params: Mapping[str, Any]) -> Guard:
         """Validation is due after this batch (val_check_interval, check_val_every_n_epoch, end of epoch)."""
+        if "val" not in run.feeds or run.config.limit("val") == 0:
+            return _never
 
         def due() -> bool:
-            sched = schedule_of(run)
-            return sched.validates and sched.due(run, at_epoch_end=_epoch_over(run))
+            return schedule_of(run).due(run, at_epoch_end=_epoch_over(run))
 
         return due
 
@@ -113,12 +118,16 @@ def register(reg: Registry) -> None:
     @reg.guard("limits.epoch_done")
     def epoch_done(run: Run, params: Mapping[str, Any]) -> Guard:
         """The epoch's batch limit is reached, a stop was agreed, or max_steps is reached."""
-        counters, signals, max_steps = run.counters, run.signals, run.config.max_steps
+        if "train" not in run.feeds:
+            return _never
+        counters, signals, feed = run.counters, run.signals, run.feeds["train"]
+        max_steps = run.config.max_steps if run.config.max_steps != -1 else None
 
         def done() -> bool:
-            if _epoch_over(run) or signals.stop:
+            limit = feed.limit
+            if (limit is not None and counters.batch_idx >= limit) or signals.stop:
                 return True
-            return max_steps != -1 and counters.global_step >= max_steps
+            return max_steps is not None and counters.global_step >= max_steps
 
         return done
 
