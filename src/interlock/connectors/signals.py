@@ -23,7 +23,7 @@ __all__ = ["PreemptionFlag", "Signals", "register"]
 class PreemptionFlag:
     """Installs handlers for ``signals``; ``received`` holds the first one caught.
 
-    The handler does no I/O and takes no lock: it stores an int. The fit loop
+    The handler does no I/O and takes no lock: it stores an int. The chart
     reads the flag at the next batch boundary, saves and moves to ``interrupted``.
     """
 

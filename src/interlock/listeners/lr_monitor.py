@@ -4,9 +4,9 @@ Listeners never see optimizers, so this reads the rates from the event payload:
 ``payload["lr"]`` must be a sequence with one ``(optimizer_class_name,
 (lr_of_group_0, lr_of_group_1, ...))`` pair per optimizer, on
 ``fit.train.epoch_start`` (``logging_interval="epoch"``) or
-``fit.train.batch.optimizer_step`` (``"step"``). The fit loop attaches it (built
-only when someone listens); a custom chart or loop that does not gets a
-``RuntimeError`` that says so.
+``fit.train.batch.optimizer_step`` (``"step"``). Those states declare the ``lr``
+payload key in the chart (built only when a handler reads it); a custom chart whose
+states do not gets a ``RuntimeError`` that says so.
 """
 
 from __future__ import annotations
