@@ -178,8 +178,14 @@ def register(reg: Registry) -> None:
 
     @reg.action("strategy.teardown")
     def strategy_teardown(run: Run, params: Mapping[str, Any]) -> Action:
-        """Release the strategy's wrappers (the process group stays for the next stage)."""
-        return run.hardware.strategy.teardown  # type: ignore[no-any-return]
+        """Release the strategy's wrappers now, not at interpreter exit (the process group stays for the next stage)."""
+
+        def act() -> None:
+            run.steps.clear()  # the DDP/FSDP wrapper and its reducer die here, while the process group is alive
+            run.dist = None
+            run.hardware.strategy.teardown()
+
+        return act
 
     @reg.action("accelerator.teardown")
     def accelerator_teardown(run: Run, params: Mapping[str, Any]) -> Action:

@@ -36,16 +36,19 @@ def register(reg: Registry) -> None:
     @reg.action("module.training_step")
     def training_step(run: Run, params: Mapping[str, Any]) -> Action:
         """Run ``training_step(batch, batch_idx)`` (through the strategy's wrapper and the precision's autocast)."""
-        step = run.step
-        call: Any = None
+        step, steps, precision = run.step, run.steps, run.hardware.precision
+        wrap = None if precision.is_plain else precision.forward
         feed: Any = None
 
         def act() -> None:
-            nonlocal call, feed
-            if call is None:  # the strategy's wrapper and the data exist once setup ran
-                fn = run.steps.get("training_step") or run.module.training_step
-                call, feed = run.hardware.precision.forward(fn, run.device.type), run.feeds["train"]
-            step.outputs = feed.last_outputs = outputs = call(step.batch, step.index)
+            nonlocal feed
+            if feed is None:  # the data exists once setup ran
+                feed = run.feeds["train"]
+            # the strategy's wrapper is looked up each time, never kept: teardown must be able to free it
+            fn = steps.get("training_step") or run.module.training_step
+            if wrap is not None:
+                fn = wrap(fn, run.device.type)
+            step.outputs = feed.last_outputs = outputs = fn(step.batch, step.index)
             step.loss = loss_of(outputs)
 
         return act

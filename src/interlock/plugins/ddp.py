@@ -22,6 +22,7 @@ per-batch buffer broadcast that would deadlock on uneven evaluation data).
 from __future__ import annotations
 
 import atexit
+import gc
 import os
 import sys
 import time
@@ -231,6 +232,16 @@ class DDPStrategy(Strategy):
         if dist.is_initialized() and self.world_size > 1:
             dist.barrier()
 
+    def teardown(self) -> None:
+        """Free the stage's wrapper now, while the process group is alive.
+
+        DDP's hooks keep its wrapper in reference cycles, so dropping the references is not
+        enough: left to interpreter exit, the wrapper was destroyed after the group and a
+        rank could die with SIGABRT ("terminate called without an active exception").
+        The layer above has dropped its references; one collection frees it here.
+        """
+        gc.collect()
+
     def broadcast(self, obj: Any, src: int = 0) -> Any:
         if not dist.is_initialized() or self.world_size == 1:
             return obj
@@ -251,5 +262,7 @@ class DDPSpawnStrategy(DDPStrategy):
 
 
 def _destroy_group() -> None:
+    """At exit: collect what still refers to the group (a wrapper in a reference cycle), then destroy it."""
     if dist.is_initialized():
+        gc.collect()
         dist.destroy_process_group()

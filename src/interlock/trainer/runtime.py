@@ -151,8 +151,8 @@ class Runtime:
             if edge is None:
                 raise RuntimeError(f"a stage cannot start in state {self._at!r}: it has no 'setup' transition")
             self._interpret(edge)
-        finally:
-            self._run, self._effects = None, {}
+        finally:  # nothing of the run outlives its stage here: wrappers and collectives are released now
+            self._unbind()
         if self._error is not None:
             exc, where = self._error
             if not isinstance(exc, KeyboardInterrupt):
@@ -307,6 +307,13 @@ class Runtime:
             node.later = tuple(reg.payload[k].lazy for k in spec.payload)
         self._nodes = nodes
         self._effects = {kind: entry.bind(run) for kind, entry in reg.effects.items()}
+
+    def _unbind(self) -> None:
+        """Drop every callable bound to the stage's run: the nodes point at each other, so clear them
+        (a cycle would keep the run's module wrappers alive until a collection, or interpreter exit)."""
+        for node in self._nodes.values():
+            node.entry, node.always, node.on, node.capture = (), (), {}, ()
+        self._run, self._effects, self._nodes = None, {}, {}
 
     def _do_jump(self) -> _Node:
         """Enter the restored state: entry actions of the states entered, the restore's effects, its own work."""
