@@ -45,7 +45,7 @@ def register(reg: Registry) -> None:
             if feed is None:  # the data exists once setup ran
                 feed = run.feeds["train"]
             # the strategy's wrapper is looked up each time, never kept: teardown must be able to free it
-            fn = steps.get("training_step") or run.module.training_step
+            fn: Any = steps.get("training_step") or run.module.training_step
             if wrap is not None:
                 fn = wrap(fn, run.device.type)
             step.outputs = feed.last_outputs = outputs = fn(step.batch, step.index)
