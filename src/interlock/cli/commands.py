@@ -6,6 +6,7 @@ library's own input errors, caught in :mod:`interlock.cli.main`) mean status 2.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import shlex
 import signal
@@ -200,10 +201,8 @@ def view(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str]) -> int:
         import webbrowser
 
         webbrowser.open(server.url)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever()
-    except KeyboardInterrupt:
-        pass
     return 0
 
 

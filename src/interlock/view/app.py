@@ -11,8 +11,8 @@ set every request must carry it (``?token=`` or the cookie the page sets).
 from __future__ import annotations
 
 import asyncio
-import json
 import hmac
+import json
 from collections.abc import AsyncIterator, Sequence
 from importlib import resources
 from pathlib import Path
@@ -21,8 +21,8 @@ from typing import Any
 import attrs
 from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
-from starlette.middleware import Middleware
 from starlette.datastructures import MutableHeaders
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
@@ -30,8 +30,8 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from interlock.core.chart import Chart, load_chart
-from interlock.view.runs import ForbiddenPath, find_runs, read_events, read_metrics, run_dir, safe_path
 from interlock.view.checkpoints import checkpoint_rows
+from interlock.view.runs import ForbiddenPath, find_runs, read_events, read_metrics, run_dir, safe_path
 from interlock.viz import GraphvizError, render, state_ids
 
 __all__ = ["ViewConfig", "make_app"]
@@ -98,9 +98,7 @@ def make_app(cfg: ViewConfig) -> Starlette:
         return Response(svg, media_type="image/svg+xml")
 
     async def chart_json(request: Request) -> Response:
-        return JSONResponse(
-            {"ids": state_ids(chart), "finals": sorted(chart.final_states), "guards": _guards(chart)}
-        )
+        return JSONResponse({"ids": state_ids(chart), "finals": sorted(chart.final_states), "guards": _guards(chart)})
 
     async def stream(request: Request) -> Response:
         try:
@@ -144,15 +142,13 @@ def make_app(cfg: ViewConfig) -> Starlette:
             Route("/api/stream", stream),
             Route("/api/file", file),
             Mount("/static", StaticFiles(directory=_static_dir()), name="static"),
-        ]
+        ],
     )
 
 
 def _guards(chart: Chart) -> dict[str, str]:
     """``"source|trigger"`` -> the guard that decides that leaf transition, for every guarded one."""
-    return {
-        f"{leaf}|{t.trigger}": t.guard for leaf, spec in chart.leaf_specs.items() for t in spec.always if t.guard
-    }
+    return {f"{leaf}|{t.trigger}": t.guard for leaf, spec in chart.leaf_specs.items() for t in spec.always if t.guard}
 
 
 def _dumps(value: Any) -> str:

@@ -50,8 +50,8 @@ def _summary(path: Path) -> dict[str, Any]:
     state = ckpt.get("state") if isinstance(ckpt, Mapping) else None
     if not isinstance(state, Mapping):
         return {"error": "not an interlock checkpoint (no trainer state)"}
-    progress = state.get("progress") if isinstance(state.get("progress"), Mapping) else {}
-    metrics = state.get("metrics") if isinstance(state.get("metrics"), Mapping) else {}
+    progress: Mapping[str, Any] = state["progress"] if isinstance(state.get("progress"), Mapping) else {}
+    metrics: Mapping[str, Any] = state["metrics"] if isinstance(state.get("metrics"), Mapping) else {}
     return {
         "chart": state.get("chart"),
         "stage": state.get("stage"),
@@ -71,7 +71,12 @@ def checkpoint_rows(run: Path, argv: Sequence[str] | None = None) -> list[dict[s
         if key not in _cache:
             _cache[key] = _summary(path)
         rows.append(
-            {"name": name, "size": st.st_size, "mtime": st.st_mtime, **_cache[key],
-             "resume": resume_command(path.absolute(), argv)}
+            {
+                "name": name,
+                "size": st.st_size,
+                "mtime": st.st_mtime,
+                **_cache[key],
+                "resume": resume_command(path.absolute(), argv),
+            }
         )
     return rows

@@ -70,9 +70,7 @@ class ViewServer:
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._socket.bind((host, port))
         self.port: int = self._socket.getsockname()[1]
-        config = uvicorn.Config(
-            make_app(self.config), log_level="warning", timeout_graceful_shutdown=1, lifespan="off"
-        )
+        config = uvicorn.Config(make_app(self.config), log_level="warning", timeout_graceful_shutdown=1, lifespan="off")
         self._server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
 
