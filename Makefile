@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,view]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -41,6 +41,7 @@ docs: $(STAMP)
 charts: $(STAMP)
 	$(BIN)/python -m interlock.cli.main chart --format mermaid -o statecharts/trainer.mmd
 	$(BIN)/python -m interlock.cli.main chart --format svg -o statecharts/trainer.svg
+	cp statecharts/trainer.svg docs/assets/trainer.svg
 
 bench: $(STAMP)
 	$(BIN)/pip install -q -c <(echo torch==2.13.0) -e '.[bench]' || echo "Lightning/Ignite not installed: bench compares interlock with the plain loop only"

@@ -35,3 +35,9 @@ def test_committed_mermaid_shows_every_guard_and_action() -> None:
         assert f"[{guard}]" in text, f"guard {guard} is not on statecharts/trainer.mmd"
     for action in sorted(chart.actions()):  # dotted names: no state id contains one
         assert re.search(rf"\b{re.escape(action)}\b", text), f"action {action} is not on statecharts/trainer.mmd"
+
+
+def test_docs_copy_of_the_svg_is_the_committed_one() -> None:
+    """docs/assets/trainer.svg (the Concepts page's picture) is statecharts/trainer.svg (`make charts` copies it)."""
+    docs_copy = CHARTS.parent / "docs" / "assets" / "trainer.svg"
+    assert docs_copy.read_bytes() == (CHARTS / "trainer.svg").read_bytes(), "run `make charts`"

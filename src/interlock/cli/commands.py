@@ -6,6 +6,7 @@ library's own input errors, caught in :mod:`interlock.cli.main`) mean status 2.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import shlex
 import signal
@@ -25,7 +26,7 @@ from interlock.loops import default_registry
 from interlock.trainer.trainer import Trainer
 from interlock.viz import read_trace, render
 
-__all__ = ["COMMANDS", "UsageError", "chart", "chart_actions", "inspect", "listeners", "run"]
+__all__ = ["COMMANDS", "UsageError", "chart", "chart_actions", "inspect", "listeners", "run", "view"]
 
 
 class UsageError(Exception):
@@ -116,6 +117,7 @@ def run(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str]) -> int:
     if optional is not None:
         loaders.append(_loader(data, optional, command) if callable(getattr(data, optional, None)) else None)
     ckpt_path = cfg[command].ckpt_path
+    server = _start_view(trainer, argv) if command == "fit" and cfg.fit.get("view") else None
     started = time.perf_counter()
     try:
         result = getattr(trainer, command)(model, *loaders, ckpt_path=ckpt_path)
@@ -147,6 +149,60 @@ def run(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str]) -> int:
         print(f"predictions: {len(result)} batches")
     else:
         print(f"final metrics:\n{_format_metrics(result)}")
+    if server is not None:
+        print(f"the view stays at {server.url} until Ctrl-C", flush=True)
+        _wait_forever()
+    return 0
+
+
+def _view_module() -> Any:
+    """``interlock.view``, imported only when asked for: its web libraries are an optional extra."""
+    try:
+        return importlib.import_module("interlock.view")
+    except ImportError as exc:
+        raise UsageError(f"the view needs its extra: pip install 'interlock[view]' ({exc})") from None
+
+
+def _start_view(trainer: Trainer, argv: Sequence[str]) -> Any:
+    """Serve the view of the run about to start, on a thread; print its URL."""
+    run_dir = Path(trainer.run_dir).absolute()
+    run_dir.parent.mkdir(parents=True, exist_ok=True)  # the run's own folder is made by the run
+    server = _view_module().ViewServer(run_dir.parent, run=run_dir.name, argv=argv).start()
+    print(f"interlock view: {server.url}", flush=True)
+    return server
+
+
+def _wait_forever() -> None:
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+
+
+def view(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str]) -> int:
+    """Serve the view of the runs under (or the run at) ``path`` until Ctrl-C."""
+    opts = cfg.view
+    path = Path(opts.path)
+    if not path.is_dir():
+        raise UsageError(f"{opts.path!r} is not a directory; pass a run directory or a root of runs")
+    module = _view_module()
+    root, run = module.server.split_target(path)
+    try:
+        server = module.ViewServer(
+            root, run=run, host=opts.host, port=opts.port, token=opts.token, allow_remote=opts.remote
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {opts.host}:{opts.port}: {exc.strerror or exc}") from None
+    print(f"interlock view of {root.absolute()}: {server.url}  (Ctrl-C to stop)", flush=True)
+    if opts.open:
+        import webbrowser
+
+        webbrowser.open(server.url)
+    with contextlib.suppress(KeyboardInterrupt):
+        server.serve_forever()
     return 0
 
 
@@ -258,4 +314,5 @@ COMMANDS: dict[str, Callable[[ArgumentParser, Namespace, Sequence[str]], int]] =
     "chart": chart,
     "inspect": inspect,
     "listeners": listeners,
+    "view": view,
 }

@@ -132,6 +132,13 @@ def _config_parser(command: str) -> ArgumentParser:
         "trainer.default_root_dir). fit resumes exactly; the others load its weights."
         + ("" if run else " Ignored here."),
     )
+    if command == "fit":
+        parser.add_argument(
+            "--view",
+            action="store_true",
+            help="Serve the live view of this run on 127.0.0.1 while it trains, and until Ctrl-C after "
+            "(needs interlock[view]).",
+        )
     return parser
 
 
@@ -167,6 +174,27 @@ def _inspect_parser() -> ArgumentParser:
     return parser
 
 
+def _view_parser() -> ArgumentParser:
+    parser = _parser(
+        description="Serve a local web page showing runs on the statechart: where each run is (live while it\n"
+        "trains), its timeline, metrics and checkpoints. Only files of runs under PATH are served.\n"
+        "Needs the view extra: pip install 'interlock[view]'."
+    )
+    parser.add_argument(
+        "path", type=str, nargs="?", default="runs", help="A run directory, or a root holding runs (default: runs)."
+    )
+    parser.add_argument("--host", type=str, default="127.0.0.1", help="Address to bind (default 127.0.0.1).")
+    parser.add_argument("--port", type=int, default=8765, help="Port (0: any free one).")
+    parser.add_argument(
+        "--remote",
+        action="store_true",
+        help="Allow a --host that is not a loopback address; requests then need a token (printed in the URL).",
+    )
+    parser.add_argument("--token", type=str | None, default=None, help="The token for --remote (default: random).")
+    parser.add_argument("--open", action="store_true", help="Open the page in the default browser.")
+    return parser
+
+
 def build_parser() -> ArgumentParser:
     """The whole ``interlock`` command line, with its subcommands."""
     from interlock import __version__
@@ -190,4 +218,5 @@ def build_parser() -> ArgumentParser:
         commands.add_subcommand(name, _config_parser(name), help=helps[name])
     commands.add_subcommand("chart", _chart_parser(), help="Draw the statechart (Mermaid, DOT, SVG, PNG).")
     commands.add_subcommand("inspect", _inspect_parser(), help="Print a checkpoint as readable JSON.")
+    commands.add_subcommand("view", _view_parser(), help="Serve a live web view of runs on the statechart.")
     return parser

@@ -1,0 +1,184 @@
+"""The view's web app (starlette): the page, its assets, the runs, and one run pushed live over SSE.
+
+Routes: ``/`` the page; ``/static/*`` its assets (from the package); ``/api/runs`` the runs
+under the root; ``/api/chart.svg`` the chart drawn by Graphviz, plus ``/api/chart.json``
+(state path -> SVG node title); ``/api/stream?run=R`` server-sent events: a ``snapshot``
+of run ``R`` then an ``update`` whenever its trace, metrics or checkpoints change (polled
+every ``poll`` seconds); ``/api/file?run=R&path=P`` one file of a run. When a token is
+set every request must carry it (``?token=`` or the cookie the page sets).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+from collections.abc import AsyncIterator, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import attrs
+from sse_starlette.sse import EventSourceResponse
+from starlette.applications import Starlette
+from starlette.datastructures import MutableHeaders
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from interlock.core.chart import Chart, load_chart
+from interlock.view.checkpoints import checkpoint_rows
+from interlock.view.runs import ForbiddenPath, find_runs, read_events, read_metrics, run_dir, safe_path
+from interlock.viz import GraphvizError, render, state_ids
+
+__all__ = ["ViewConfig", "make_app"]
+
+TOKEN_COOKIE = "interlock_view_token"
+_CSP = "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; object-src 'none'"
+
+
+@attrs.frozen
+class ViewConfig:
+    """What one view serves: the root of runs, the run to open first, and who may ask."""
+
+    root: Path
+    run: str | None = None
+    token: str | None = None
+    argv: Sequence[str] | None = None
+    """The arguments ``interlock`` was started with, for the resume command (``fit --view``)."""
+    poll: float = 0.2
+    chart: Chart | None = None
+
+
+def _static_dir() -> Path:
+    return Path(str(resources.files("interlock.view").joinpath("static")))
+
+
+def _state(run: Path, cfg: ViewConfig, offset: int, seen: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """What changed in ``run`` since ``offset`` / ``seen`` (updated in place)."""
+    out: dict[str, Any] = {}
+    events, offset = read_events(run / "events.jsonl", offset)
+    if events:
+        out["events"] = events
+    metrics = run / "metrics.csv"
+    stamp = (metrics.stat().st_mtime_ns, metrics.stat().st_size) if metrics.is_file() else None
+    if stamp != seen.get("metrics"):
+        seen["metrics"] = stamp
+        out["metrics"] = read_metrics(metrics)
+    folder = run / "checkpoints"
+    listing = sorted((p.name, p.stat().st_mtime_ns) for p in folder.glob("*.ckpt")) if folder.is_dir() else []
+    if listing != seen.get("checkpoints"):
+        seen["checkpoints"] = listing
+        out["checkpoints"] = checkpoint_rows(run, cfg.argv)
+    return out, offset
+
+
+def make_app(cfg: ViewConfig) -> Starlette:
+    """The starlette app serving ``cfg.root``."""
+    chart = cfg.chart or load_chart()
+    root = cfg.root.resolve()
+
+    async def page(request: Request) -> Response:
+        response = FileResponse(_static_dir() / "index.html")
+        if cfg.token is not None:
+            response.set_cookie(TOKEN_COOKIE, cfg.token, httponly=True, samesite="strict")
+        return response
+
+    async def runs(request: Request) -> Response:
+        return JSONResponse({"root": str(root), "runs": find_runs(root), "open": cfg.run})
+
+    async def chart_svg(request: Request) -> Response:
+        try:
+            svg = await asyncio.to_thread(render, chart, "svg")
+        except GraphvizError as exc:
+            return Response(str(exc), status_code=503, media_type="text/plain")
+        return Response(svg, media_type="image/svg+xml")
+
+    async def chart_json(request: Request) -> Response:
+        return JSONResponse({"ids": state_ids(chart), "finals": sorted(chart.final_states), "guards": _guards(chart)})
+
+    async def stream(request: Request) -> Response:
+        try:
+            name = request.query_params.get("run", "")
+            # the run the view was opened for may not have written anything yet
+            run = safe_path(root, name) if name == cfg.run else run_dir(root, name)
+        except ForbiddenPath as exc:
+            return Response(str(exc), status_code=403, media_type="text/plain")
+
+        async def updates() -> AsyncIterator[dict[str, Any]]:
+            seen: dict[str, Any] = {}
+            snapshot, offset = await asyncio.to_thread(_state, run, cfg, 0, seen)
+            snapshot.setdefault("events", [])
+            snapshot["run"] = request.query_params["run"]
+            yield {"event": "snapshot", "data": _dumps(snapshot)}
+            while not await request.is_disconnected():
+                await asyncio.sleep(cfg.poll)
+                change, offset = await asyncio.to_thread(_state, run, cfg, offset, seen)
+                if change:
+                    yield {"event": "update", "data": _dumps(change)}
+
+        return EventSourceResponse(updates(), ping=10)
+
+    async def file(request: Request) -> Response:
+        try:
+            run = run_dir(root, request.query_params.get("run", ""))
+            path = safe_path(run, request.query_params.get("path", ""))
+        except ForbiddenPath as exc:
+            return Response(str(exc), status_code=403, media_type="text/plain")
+        if not path.is_file():
+            return Response("no such file", status_code=404, media_type="text/plain")
+        return FileResponse(path)
+
+    return Starlette(
+        middleware=[Middleware(_Guard, token=cfg.token)],
+        routes=[
+            Route("/", page),
+            Route("/api/runs", runs),
+            Route("/api/chart.svg", chart_svg),
+            Route("/api/chart.json", chart_json),
+            Route("/api/stream", stream),
+            Route("/api/file", file),
+            Mount("/static", StaticFiles(directory=_static_dir()), name="static"),
+        ],
+    )
+
+
+def _guards(chart: Chart) -> dict[str, str]:
+    """``"source|trigger"`` -> the guard that decides that leaf transition, for every guarded one."""
+    return {f"{leaf}|{t.trigger}": t.guard for leaf, spec in chart.leaf_specs.items() for t in spec.always if t.guard}
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), default=str)
+
+
+class _Guard:
+    """ASGI middleware: refuse requests without the token (when one is set); add security headers."""
+
+    def __init__(self, app: ASGIApp, token: str | None) -> None:
+        self.app, self.token = app, token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self.token is not None:
+            request = Request(scope)
+            given = request.query_params.get("token") or request.cookies.get(TOKEN_COOKIE) or ""
+            if not hmac.compare_digest(given.encode(), self.token.encode()):
+                await Response("a token is needed: open the URL the server printed", status_code=401)(
+                    scope, receive, send
+                )
+                return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                headers["Content-Security-Policy"] = _CSP
+                headers["X-Content-Type-Options"] = "nosniff"
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)

@@ -1,0 +1,331 @@
+"""`interlock view`: what it serves and refuses (starlette's test client), and the page in headless Chromium.
+
+The browser tests drive the system Chromium (Debian's ``chromium``, installed by ``.ci/run``)
+through Playwright's Python client; they skip, saying so, when either is missing. Screenshots
+go to ``tests/artifacts/view/`` (git-ignored).
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("starlette", reason="the view extra is not installed: pip install 'interlock[view]'")
+pytest.importorskip("sse_starlette", reason="the view extra is not installed: pip install 'interlock[view]'")
+pytest.importorskip("uvicorn", reason="the view extra is not installed: pip install 'interlock[view]'")
+
+from starlette.testclient import TestClient
+
+from interlock.view import ForbiddenPath, ViewServer, find_runs, make_app, safe_path
+from interlock.view.app import ViewConfig
+from interlock.view.checkpoints import resume_command
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "tests" / "artifacts" / "view"
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")])}
+CLI = [sys.executable, "-m", "interlock.cli.main"]
+
+
+def _fake_run(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "events.jsonl").write_text(
+        '{"time": 1.0, "event": "setup", "trigger": "setup", "source": "idle", "epoch": 0, "global_step": 0}\n'
+    )
+    (folder / "metrics.csv").write_text("stage,epoch,global_step,val_loss\nval,0,5,0.5\n")
+    return folder
+
+
+# -- serving only the runs under the root --------------------------------------------------------
+def test_safe_path_refuses_what_leaves_the_root(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    run = _fake_run(root / "version_0")
+    (tmp_path / "secret.txt").write_text("TOP-SECRET-CONTENT")
+    (run / "out").symlink_to(tmp_path / "secret.txt")
+    assert safe_path(root, "version_0/metrics.csv") == (run / "metrics.csv").resolve()
+    for bad in ("../secret.txt", "version_0/../../secret.txt", "/etc/passwd", "version_0/out", "a\\..\\b", "C:x"):
+        with pytest.raises(ForbiddenPath):
+            safe_path(root, bad)
+
+
+def test_runs_are_found_under_the_root(tmp_path: Path) -> None:
+    _fake_run(tmp_path / "runs" / "version_0")
+    _fake_run(tmp_path / "runs" / "exp" / "version_1")
+    (tmp_path / "runs" / "empty").mkdir()
+    assert sorted(find_runs(tmp_path / "runs")) == ["exp/version_1", "version_0"]
+    assert find_runs(tmp_path / "runs" / "version_0") == ["."]
+
+
+def test_the_app_serves_run_files_and_refuses_the_rest(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    run = _fake_run(root / "version_0")
+    (tmp_path / "secret.txt").write_text("TOP-SECRET-CONTENT")
+    (run / "leak").symlink_to(tmp_path / "secret.txt")
+    (root / "outside").symlink_to(tmp_path, target_is_directory=True)
+    client = TestClient(make_app(ViewConfig(root=root)))
+    assert client.get("/api/runs").json()["runs"] == ["version_0"]
+    ok = client.get("/api/file", params={"run": "version_0", "path": "metrics.csv"})
+    assert ok.status_code == 200 and "val_loss" in ok.text
+    assert "Content-Security-Policy" in ok.headers
+    refused = [
+        {"run": "version_0", "path": "../../secret.txt"},
+        {"run": "version_0", "path": str(tmp_path / "secret.txt")},
+        {"run": "version_0", "path": "leak"},
+        {"run": "..", "path": "secret.txt"},
+        {"run": "outside", "path": "secret.txt"},
+        {"run": "/", "path": "etc/passwd"},
+    ]
+    for params in refused:
+        response = client.get("/api/file", params=params)
+        assert response.status_code == 403, params
+        assert "TOP-SECRET" not in response.text
+    assert client.get("/static/../../view/app.py").status_code == 404
+    assert client.get("/api/stream", params={"run": "../.."}).status_code == 403
+
+
+def test_another_address_needs_the_flag_and_then_a_token(tmp_path: Path) -> None:
+    _fake_run(tmp_path / "version_0")
+    with pytest.raises(ValueError, match="refusing to serve"):
+        ViewServer(tmp_path, host="0.0.0.0")
+    client = TestClient(make_app(ViewConfig(root=tmp_path, token="s3cret")))
+    assert client.get("/api/runs").status_code == 401
+    assert client.get("/api/runs", params={"token": "wrong"}).status_code == 401
+    assert client.get("/", params={"token": "s3cret"}).status_code == 200
+    assert client.get("/api/runs").status_code == 200  # the page set the cookie
+
+
+def test_cli_view_refuses_a_remote_host_without_the_flag(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [*CLI, "view", str(tmp_path), "--host", "0.0.0.0"],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 2 and "refusing to serve" in out.stderr
+
+
+def test_resume_command_keeps_the_run_arguments() -> None:
+    cmd = resume_command(Path("/r/last.ckpt"), ["fit", "--view", "--trainer.max_epochs", "2", "--ckpt_path", "x"])
+    assert cmd == "interlock fit --trainer.max_epochs 2 --ckpt_path /r/last.ckpt"
+
+
+# -- the page in a real browser ----------------------------------------------------------------
+def _chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome", "chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
+    exe = _chromium()
+    if exe is None:
+        pytest.skip("no system Chromium found (apt-get install chromium); the browser tests need one")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=exe, headless=True, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+class Page:
+    """A page that records console errors and every request it makes."""
+
+    def __init__(self, browser: Any, base: str) -> None:
+        self.page = browser.new_page(viewport={"width": 1500, "height": 900})
+        self.base = base
+        self.errors: list[str] = []
+        self.requests: list[str] = []
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on("request", lambda r: self.requests.append(r.url))
+
+    def check_clean(self) -> None:
+        assert not self.errors, self.errors
+        outside = [u for u in self.requests if not u.startswith(self.base) and not u.startswith("data:")]
+        assert not outside, outside
+
+    def text(self, selector: str) -> str:
+        return str(self.page.locator(selector).inner_text())
+
+    def shot(self, name: str) -> None:
+        self.page.screenshot(path=str(ARTIFACTS / name))
+
+
+def _base(url: str) -> str:
+    return url.split("/?", maxsplit=1)[0].rstrip("/") + "/"
+
+
+@pytest.fixture(scope="module")
+def failed_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import interlock
+    from _view_model import Broken
+    from interlock.examples.digits import DigitsData
+
+    root = tmp_path_factory.mktemp("failed") / "runs"
+    data = DigitsData()
+    trainer = interlock.Trainer(max_epochs=1, limit_train_batches=5, num_sanity_val_steps=0, default_root_dir=root)
+    with pytest.raises(ValueError):
+        trainer.fit(Broken(), data.train_dataloader(), data.val_dataloader())
+    return root
+
+
+def test_failed_run_shows_the_failing_state_and_scrubbing_moves_the_highlight(browser: Any, failed_run: Path) -> None:
+    server = ViewServer(failed_run).start()
+    try:
+        page = Page(browser, _base(server.url))
+        page.page.goto(server.url)
+        page.page.wait_for_selector("#chart g.node.iv-failed")
+        failed = page.page.locator("#chart g.node.iv-failed").get_attribute("data-state")
+        assert failed == "fit.train.val.batch.step"
+        assert "ValueError: labels out of range in batch 1" in page.text("#outcome")
+        assert page.text("#status") == "failed"
+        page.shot("failed.png")
+        page.page.locator("#follow").uncheck()
+        page.page.locator("#scrub").fill("6")
+        early = page.page.locator("#chart g.node.iv-current").get_attribute("data-state")
+        assert early is not None and early != "failed"
+        assert page.text("#current-state") == early
+        assert not page.page.locator("#chart g.node.iv-failed").count()
+        page.page.locator("#scrub").fill("12")
+        later = page.page.locator("#chart g.node.iv-current").get_attribute("data-state")
+        assert later != early
+        page.page.click("#zoom-in")
+        page.page.mouse.wheel(0, -300)
+        page.shot("scrubbed.png")
+        page.check_clean()
+    finally:
+        server.stop()
+
+
+def _slow_config(folder: Path, epochs: int, delay: float) -> Path:
+    cfg = folder / "slow.yaml"
+    cfg.write_text(
+        "model:\n  class_path: _view_model.SlowDigits\n"
+        f"  init_args:\n    delay: {delay}\n"
+        "data:\n  class_path: interlock.examples.digits.DigitsData\n"
+        f"trainer:\n  max_epochs: {epochs}\n  limit_train_batches: 8\n  num_sanity_val_steps: 0\n  seed: 0\n"
+        f"  default_root_dir: {folder}\n"
+    )
+    return cfg
+
+
+def _url_from(proc: subprocess.Popen[str]) -> str:
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if line.startswith("interlock view: "):
+            return line.split(": ", 1)[1].strip()
+        if not line and proc.poll() is not None:
+            break
+    raise AssertionError("`interlock fit --view` printed no URL")
+
+
+def test_live_run_is_followed_and_its_resume_command_resumes(browser: Any, tmp_path: Path) -> None:
+    cfg = _slow_config(tmp_path, epochs=4, delay=0.12)
+    argv = [*CLI, "fit", "--view", "--config", str(cfg), "--trainer.max_epochs", "4"]
+    proc = subprocess.Popen(argv, env=ENV, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        url = _url_from(proc)
+        page = Page(browser, _base(url))
+        page.page.goto(url)
+        page.page.wait_for_selector("#chart g.node.iv-current", timeout=60_000)
+        states, points = set(), []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and page.text("#status") != "finished":
+            states.add(page.page.locator("#chart g.node.iv-current").first.get_attribute("data-state"))
+            points.append(page.page.locator("#plots circle").count())
+            if len(points) == 8:
+                page.shot("live.png")
+            time.sleep(0.25)
+        assert page.text("#status") == "finished"
+        assert len(states) >= 3, states
+        assert points and max(points) > min(points), points
+        page.page.wait_for_selector(".ckpt[data-name='last.ckpt'] .resume")
+        page.shot("finished.png")
+        command = page.text(".ckpt[data-name='last.ckpt'] .resume")
+        page.check_clean()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+    args = shlex.split(command)
+    assert args[:2] == ["interlock", "fit"] and "--view" not in args and "--trainer.max_epochs" in args
+    trace = next((tmp_path / "runs").glob("version_*/events.jsonl"))
+    runs_before = trace.read_text().count('"trigger": "setup"')
+    args[args.index("--trainer.max_epochs") + 1] = "5"  # one more epoch than the run had
+    resumed = subprocess.run(
+        [*CLI, *args[1:]], env=ENV, cwd=tmp_path, capture_output=True, text=True, timeout=240, check=False
+    )
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "fit finished" in resumed.stdout
+    assert trace.read_text().count('"trigger": "setup"') == runs_before + 1  # the same run directory went on
+
+
+def test_preempted_run_shows_where_it_stopped(browser: Any, tmp_path: Path) -> None:
+    cfg = _slow_config(tmp_path, epochs=20, delay=0.1)
+    proc = subprocess.Popen([*CLI, "fit", "--config", str(cfg)], env=ENV, cwd=tmp_path, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list((tmp_path / "runs").glob("*/metrics.csv")):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    server = ViewServer(tmp_path / "runs").start()
+    try:
+        page = Page(browser, _base(server.url))
+        page.page.goto(server.url)
+        page.page.wait_for_selector("#chart g.node.iv-interrupted")
+        assert "preempted in" in page.text("#outcome")
+        assert page.text("#status") == "interrupted"
+        page.shot("preempted.png")
+        page.check_clean()
+    finally:
+        server.stop()
+
+
+# -- the docs site --------------------------------------------------------------------------------
+def test_docs_site_shows_a_rendered_chart_offline(browser: Any, tmp_path: Path) -> None:
+    pytest.importorskip("mkdocs", reason="mkdocs is not installed (the dev extra)")
+    site = tmp_path / "site"
+    build = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--quiet", "--site-dir", str(site)],
+        cwd=ROOT,
+        env={**ENV, "NO_MKDOCS_2_WARNING": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert build.returncode == 0, build.stderr[-2000:]
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{httpd.server_address[1]}/"
+    try:
+        page = browser.new_page(viewport={"width": 1200, "height": 900})
+        page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(base) else route.abort())
+        page.goto(base + "concepts/")
+        chart = page.locator("img[src*='trainer.svg']").first
+        chart.wait_for()
+        assert page.evaluate("img => img.complete && img.naturalWidth > 500", chart.element_handle())
+        assert "stateDiagram" not in page.inner_text("body")
+        page.screenshot(path=str(ARTIFACTS / "docs-concepts.png"))
+    finally:
+        httpd.shutdown()
