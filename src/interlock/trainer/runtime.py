@@ -309,8 +309,11 @@ class Runtime:
         self._effects = {kind: entry.bind(run) for kind, entry in reg.effects.items()}
 
     def _unbind(self) -> None:
-        """Drop every callable bound to the stage's run: the nodes point at each other, so clear them
-        (a cycle would keep the run's module wrappers alive until a collection, or interpreter exit)."""
+        """Drop every callable bound to the stage's run.
+
+        The nodes point at each other, so they are cleared: a cycle would keep the run's module
+        wrappers alive until a collection, or until interpreter exit.
+        """
         for node in self._nodes.values():
             node.entry, node.always, node.on, node.capture = (), (), {}, ()
         self._run, self._effects, self._nodes = None, {}, {}
