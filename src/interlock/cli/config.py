@@ -50,7 +50,8 @@ exit status:
   128+N   fit was preempted by signal N (143 for SIGTERM); a checkpoint was saved
           to RUN_DIR/checkpoints/last.ckpt first. Resume with the same command
           plus `--ckpt_path last`: interlock fit ... --ckpt_path last
-  130     interrupted with Ctrl-C"""
+  130     interrupted with Ctrl-C
+  141     stdout was closed early (e.g. `interlock inspect CKPT | head`)"""
 
 
 class TrainData(Protocol):

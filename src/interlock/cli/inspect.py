@@ -59,7 +59,12 @@ def to_json(value: Any, indent: int = 0, lead: int = 0, width: int = 100) -> str
 
 
 def summarize_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """What the checkpoint at ``path`` holds; raises :class:`CheckpointError` for a bad file."""
+    """What the checkpoint at ``path`` holds; raises :class:`CheckpointError` for a bad file.
+
+    The load refuses a path that is not a regular file, and a checkpoint over the load limits
+    (a pickle bomb, a cycle, deep nesting: :func:`~interlock.plugins.checkpoint_io.check_bounded`),
+    before :func:`plain` walks anything.
+    """
     io = TorchCheckpointIO()
     header = io.read_header(path)
     ckpt = io.load_checkpoint(path, map_location="cpu")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -10,9 +12,13 @@ from interlock.cli.config import CONFIG_COMMANDS, DEFAULT_CONFIG, build_parser
 from interlock.core.errors import ChartError, CheckpointError
 from interlock.viz import GraphvizError, TraceError
 
-__all__ = ["main", "with_default_config"]
+__all__ = ["STDOUT_CLOSED", "main", "with_default_config"]
 
 _INPUT_ERRORS = (UsageError, CheckpointError, ChartError, TraceError)
+
+STDOUT_CLOSED = 141
+"""Exit status when the reader of stdout went away (``interlock inspect CKPT | head``): 128 + SIGPIPE,
+what a shell reports for ``cat FILE | head`` and what ``set -o pipefail`` reacts to."""
 
 
 def with_default_config(args: Sequence[str]) -> list[str]:
@@ -34,8 +40,32 @@ def _report(exc: BaseException) -> None:
     print(f"error: {exc}{notes}", file=sys.stderr)
 
 
+def _stdout_to_devnull() -> None:
+    """Point the stdout descriptor at /dev/null, so the interpreter's flush at exit cannot fail again."""
+    with contextlib.suppress(OSError, ValueError):  # ValueError: a stdout without a descriptor
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        finally:
+            os.close(devnull)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``interlock`` with ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
+    """Run ``interlock`` with ``argv`` (default: ``sys.argv[1:]``); return the exit status.
+
+    When stdout is a pipe whose reader exits early (``interlock inspect CKPT | head``), the
+    command stops quietly, without a traceback, with status :data:`STDOUT_CLOSED` (141).
+    """
+    try:
+        status = _main(argv)
+        sys.stdout.flush()  # here, not at exit, so a closed pipe is reported below
+    except BrokenPipeError:
+        _stdout_to_devnull()
+        return STDOUT_CLOSED
+    return status
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     try:

@@ -10,6 +10,7 @@ __all__ = [
     "ConflictingUpdates",
     "IllegalTransition",
     "InterlockError",
+    "OutputError",
     "Preempted",
     "add_note",
 ]
@@ -45,6 +46,17 @@ class ConflictingUpdates(InterlockError, ValueError):
 
 class CheckpointError(InterlockError, ValueError):
     """A checkpoint file cannot be read, or does not fit the run."""
+
+
+class OutputError(InterlockError, OSError):
+    """A run's output (a log or metrics file) cannot be written; names the file, the cause and the fix.
+
+    An :class:`OSError` whose ``errno`` is the cause's (e.g. ``errno.ENOSPC`` for a full disk).
+    """
+
+    def __init__(self, message: str, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno
 
 
 class Preempted(Exception):

@@ -6,10 +6,26 @@ and its SHA-256, so truncation and corruption are detected before anything is un
 The payload is always read with ``torch.load(..., weights_only=True)``: the hash catches
 accidents, not attackers, and ``weights_only`` is what keeps a hostile file from running code.
 
+Only regular files are read: a FIFO, directory or device is refused before it is opened
+for reading, so a load never waits on one. After unpickling, the loaded object is walked
+once (:func:`check_bounded`) with a depth limit (:data:`MAX_DEPTH`) and a node budget
+(:data:`MAX_NODES`) that counts every reference to a shared value, so a "pickle bomb" (a
+small file whose shared references expand exponentially), a reference cycle or deeply nested
+containers are refused before any code walks them as a tree (``interlock inspect``, the
+trainer state on resume). Saves are checked against the same limits, so what interlock
+saves it can load.
+
 A save writes a temporary file next to the target, fsyncs it, renames it over the target and
 fsyncs the directory, so the target always holds a whole checkpoint. With ``background=True``
 the caller waits only for ``torch.save`` to hand the bytes to the file; one worker thread then
-hashes, fsyncs and renames them into place, in the order the saves were made.
+hashes, fsyncs and renames them into place, in the order the saves were made. At most
+``max_pending`` saves are in flight; a further save waits for the oldest.
+
+A temporary file is named ``.<target name>.<12 hex digits>.tmp`` and, on POSIX, is held
+under an exclusive ``flock`` by its writer until it is renamed into place. The first save a
+:class:`TorchCheckpointIO` makes into a directory removes the temporary files there that no
+live writer holds (left by a killed process): only files with that name pattern whose
+content starts like a checkpoint, never a file a writer of this process has open.
 """
 
 from __future__ import annotations
@@ -26,7 +42,11 @@ import os
 import pickle
 import re
 import secrets
+import stat
+import threading
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +54,44 @@ import torch
 
 from interlock.core.errors import CheckpointError
 
-__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "MAGIC", "TorchCheckpointIO", "check_serializable"]
+if os.name == "posix":
+    import fcntl
+
+__all__ = [
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "MAGIC",
+    "MAX_DEPTH",
+    "MAX_NODES",
+    "MAX_PENDING",
+    "TorchCheckpointIO",
+    "check_bounded",
+    "check_serializable",
+]
 
 FORMAT_VERSION: int = 1
 FORMAT_NAME: str = "interlock-checkpoint"
 MAGIC: bytes = b"INTERLOCK-CKPT\n"
+
+MAX_DEPTH: int = 100
+"""Most containers (dicts, lists, tuples, sets) a checkpoint may nest in one another.
+
+A trainer checkpoint nests about 6 deep (``state -> listeners -> key -> value``); the
+walkers that follow a load (the trainer state's freeze/thaw, ``interlock inspect``) recurse
+once per level, so a limit well below Python's recursion limit keeps them safe.
+"""
+MAX_NODES: int = 5_000_000
+"""Most values a checkpoint may hold, counting every reference to a shared value each time.
+
+Each dict key, dict value, list/tuple/set element and the top-level dict count as one; a
+tensor is one value however large. A trainer checkpoint of a large model holds some
+thousands (its tensors, optimizer state, history rows); 5 million is far above that and
+takes a few seconds to walk. A file that expands beyond it (a "pickle bomb") is refused
+after about as many steps as it has distinct containers.
+"""
+MAX_PENDING: int = 2
+"""Most background saves of one :class:`TorchCheckpointIO` in flight (temporary files pending)."""
+_DEPTH_CEILING = 400  # above this the recursive walkers after a load would exceed Python's recursion limit
 
 _MAX_HEADER_BYTES = 64 * 1024
 _HEADER_SLOT = 512  # bytes reserved for the header line, newline included
@@ -49,47 +102,197 @@ _LEAVES = (*_SCALARS, torch.dtype, torch.device, torch.Size, torch.Tensor, torch
 _MAPPINGS = (dict, collections.OrderedDict)
 _SEQUENCES = (list, tuple)
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+_TEMP_NAME = re.compile(r"\..+\.[0-9a-f]{12}\.tmp", re.DOTALL)  # what _open_temp creates
+_LIVE_TEMPS: set[tuple[int, int]] = set()  # (st_dev, st_ino) of the temporary files this process writes
+_LIVE_LOCK = threading.Lock()
 _REFUSAL = re.compile(r"((?:Trying to load unsupported|Unsupported) .*?)(?: was not an allowed|\.?$)", re.MULTILINE)
 
 
-def check_serializable(obj: Any, where: str = "checkpoint") -> None:
+def check_serializable(
+    obj: Any, where: str = "checkpoint", max_nodes: int | None = None, max_depth: int | None = None
+) -> None:
     """Raise CheckpointError naming the key path of the first value ``weights_only`` loading would refuse.
 
     Allowed: dict/OrderedDict, list, tuple, set, None, bool, int, float, complex, str, bytes,
-    torch.Tensor (and nn.Parameter), torch.dtype, torch.device, torch.Size.
+    torch.Tensor (and nn.Parameter), torch.dtype, torch.device, torch.Size. The value must also
+    be within the limits a load enforces (:func:`check_bounded`), so whatever passes can be loaded.
     """
-    _check(obj, where, set())
+    _Walk(where, where, max_nodes, max_depth, strict=True).run(obj)
 
 
-def _check(obj: Any, path: str, active: set[int]) -> None:
-    kind = type(obj)
-    if kind in _LEAVES:
-        if kind is bytes and not obj:
-            raise CheckpointError(f"{path} is b'', which torch's weights_only loader refuses; store None instead")
-        return
-    if kind in _MAPPINGS or kind in _SEQUENCES or kind is set:
-        if id(obj) in active:
+def check_bounded(
+    obj: Any, where: str = "checkpoint", max_nodes: int | None = None, max_depth: int | None = None
+) -> int:
+    """Raise CheckpointError unless ``obj`` is a tree of at most ``max_nodes`` values nested at most ``max_depth`` deep.
+
+    Walks ``obj`` once: each distinct container is visited once (by ``id``), and a container
+    reached again through a shared reference adds the size it has as a tree, so the count is
+    what a recursive walk would visit, found in time proportional to the distinct containers.
+    A reference cycle is refused. The error names ``where`` (e.g. ``"checkpoint runs/x.ckpt"``),
+    the limit and the key path where it was exceeded. ``max_nodes`` and ``max_depth`` default to :data:`MAX_NODES` and
+    :data:`MAX_DEPTH` (read at call time). Returns the number of values counted.
+    """
+    return _Walk(where, "", max_nodes, max_depth, strict=False).run(obj)
+
+
+# A key path: (parent path or None, how it is reached, key or index): built cheaply on each step,
+# formatted only for an error. How: _ROOT (the key is the root's name), _INDEX, _ITEM, _KEY, _ELEMENT.
+_Path = tuple[Any, int, Any]
+_ROOT, _INDEX, _ITEM, _KEY, _ELEMENT = range(5)
+_FAST_VALUES = frozenset(_LEAVES) - {bytes}  # leaves that need no further check (b'' does)
+_FAST_KEYS = frozenset({str, int})
+_PLAIN_CONTAINERS = frozenset({*_MAPPINGS, *_SEQUENCES, set})
+
+
+class _Walk:
+    """One bounded walk of a checkpoint; ``strict`` also refuses what ``weights_only`` loading would."""
+
+    def __init__(self, subject: str, root: str, max_nodes: int | None, max_depth: int | None, strict: bool) -> None:
+        self.subject, self.root, self.strict = subject, root, strict
+        self.max_nodes = MAX_NODES if max_nodes is None else max_nodes
+        self.max_depth = MAX_DEPTH if max_depth is None else max_depth
+        _limit(f"max_nodes={self.max_nodes!r}", self.max_nodes, None)
+        _limit(f"max_depth={self.max_depth!r}", self.max_depth, _DEPTH_CEILING)
+        self.count = 0
+        self.known: dict[int, tuple[int, int]] = {}  # id of a walked container -> (values in it, nesting height)
+        self.active: set[int] = set()  # ids of the containers on the current path
+
+    def run(self, obj: Any) -> int:
+        self._visit(obj, (None, _ROOT, self.root), 0)
+        return self.count
+
+    def _visit(self, obj: Any, path: _Path, level: int) -> int:
+        """Count ``obj`` (``level`` containers enclose it); return how many containers nest in it, itself included."""
+        kind = type(obj)
+        if kind in _PLAIN_CONTAINERS:
+            return self._container(obj, path, level, kind in _MAPPINGS)
+        if kind in _LEAVES or not (isinstance(obj, Mapping | list | tuple | set | frozenset) or self.strict):
+            if self.strict and kind is bytes and not obj:
+                raise CheckpointError(
+                    f"{_show(path)} is b'', which torch's weights_only loader refuses; store None instead"
+                )
+            self.count += 1
+            if self.count > self.max_nodes:
+                self._too_many(path)
+            return 0
+        if self.strict and kind not in _MAPPINGS and kind not in _SEQUENCES and kind is not set:
             raise CheckpointError(
-                f"{path} contains itself (a reference cycle); checkpoints must be trees of plain data"
+                f"{_show(path)} is a {kind.__module__}.{kind.__qualname__}, which is not plain data; {_hint(obj)}"
             )
-        active.add(id(obj))
-        if kind in _MAPPINGS:
-            for key, value in obj.items():
-                if type(key) not in _SCALARS and type(key) is not tuple:
-                    raise CheckpointError(
-                        f"{path} has a key {key!r} of type {type(key).__qualname__}; use str or int keys"
-                    )
-                _check(key, f"{path} key {key!r}", active)
-                _check(value, f"{path}[{key!r}]", active)
-        elif kind is set:
-            for item in obj:
-                _check(item, f"{path} (set element {item!r})", active)
+        return self._container(obj, path, level, isinstance(obj, Mapping))
+
+    def _container(self, obj: Any, path: _Path, level: int, mapping: bool) -> int:
+        key = id(obj)
+        seen = self.known.get(key)
+        if seen is not None:  # a shared container: counted again as the tree it is, not walked again
+            size, height = seen
+            if level + height > self.max_depth:
+                self._too_deep(path, level + height)
+            self.count += size
+            if self.count > self.max_nodes:
+                self._too_many(path)
+            return height
+        if key in self.active:
+            if self.strict:
+                raise CheckpointError(
+                    f"{_show(path)} contains itself (a reference cycle); checkpoints must be trees of plain data"
+                )
+            raise CheckpointError(
+                f"{self.subject} contains a reference cycle: {_at(path)} contains itself; "
+                "checkpoints must be trees of plain data"
+            )
+        if level >= self.max_depth:
+            self._too_deep(path, level + 1)
+        self.active.add(key)
+        start = self.count
+        self.count += 1
+        height = 0
+        inner = level + 1
+        # Leaves of the common types are counted inline: this loop runs for every value of every save.
+        if mapping:
+            for k, value in obj.items():
+                if type(k) in _FAST_KEYS:
+                    self.count += 1
+                else:
+                    if self.strict and type(k) not in _SCALARS and type(k) is not tuple:
+                        raise CheckpointError(
+                            f"{_show(path)} has a key {k!r} of type {type(k).__qualname__}; use str or int keys"
+                        )
+                    height = max(height, self._visit(k, (path, _KEY, k), inner))
+                if type(value) in _FAST_VALUES:
+                    self.count += 1
+                else:
+                    height = max(height, self._visit(value, (path, _ITEM, k), inner))
+                if self.count > self.max_nodes:
+                    self._too_many((path, _ITEM, k))
         else:
+            how = _ELEMENT if isinstance(obj, set | frozenset) else _INDEX
             for i, item in enumerate(obj):
-                _check(item, f"{path}[{i}]", active)
-        active.discard(id(obj))
-        return
-    raise CheckpointError(f"{path} is a {kind.__module__}.{kind.__qualname__}, which is not plain data; {_hint(obj)}")
+                if type(item) in _FAST_VALUES:
+                    self.count += 1
+                    if self.count > self.max_nodes:
+                        self._too_many((path, how, item if how == _ELEMENT else i))
+                else:
+                    height = max(height, self._visit(item, (path, how, item if how == _ELEMENT else i), inner))
+        self.active.discard(key)
+        self.known[key] = (self.count - start, height + 1)
+        return height + 1
+
+    def _too_many(self, path: _Path) -> None:
+        raise CheckpointError(
+            f"{self.subject} holds more than {self.max_nodes:,} values, the limit max_nodes (MAX_NODES, "
+            f"which counts every reference to a shared value); exceeded at {_at(path)}. Nested shared "
+            "references that expand like this are a 'pickle bomb'; if the file is genuine, pass a larger "
+            "TorchCheckpointIO(max_nodes=...)"
+        )
+
+    def _too_deep(self, path: _Path, depth: int) -> None:
+        raise CheckpointError(
+            f"{self.subject} nests containers {depth} deep at {_at(path)}, over the limit max_depth "
+            f"{self.max_depth} (MAX_DEPTH); if it is genuine, flatten that value or pass a larger "
+            f"TorchCheckpointIO(max_depth=...) (at most {_DEPTH_CEILING})"
+        )
+
+
+def _limit(what: str, value: Any, ceiling: int | None) -> None:
+    """Raise ValueError (the message starts with ``what``) unless ``value`` is an int in ``1..ceiling``."""
+    if type(value) is not int or value < 1 or (ceiling is not None and value > ceiling):
+        most = f" and at most {ceiling} (deeper nesting would overflow Python's recursion limit)" if ceiling else ""
+        raise ValueError(f"{what} must be an int of at least 1{most}")
+
+
+def _short(value: Any) -> str:
+    """A bounded repr for a key path: scalars shown (cut at 40 characters), containers by type only."""
+    if type(value) in _SCALARS:
+        text = repr(value)
+        return text if len(text) <= 40 else text[:37] + "..."
+    return f"<{type(value).__qualname__}>"
+
+
+def _at(path: _Path) -> str:
+    return _show(path) or "the top level"
+
+
+_STEP = {
+    _ROOT: "{}",
+    _INDEX: "[{}]",
+    _ITEM: "[{}]",
+    _KEY: " key {}",
+    _ELEMENT: " (set element {})",
+}
+
+
+def _show(path: _Path) -> str:
+    """The key path ``path`` as text; a long one keeps its first 9 and last 8 steps."""
+    steps: list[str] = []
+    node: Any = path
+    while node is not None:
+        node, how, key = node
+        steps.append(_STEP[how].format(key if how in (_ROOT, _INDEX) else _short(key)))
+    steps.reverse()
+    if len(steps) > 17:
+        steps = [*steps[:9], f"...({len(steps) - 17} levels)...", *steps[-8:]]
+    return "".join(steps)
 
 
 def _hint(obj: Any) -> str:
@@ -116,16 +319,47 @@ class TorchCheckpointIO:
             worker thread. The target keeps its previous contents until then; :meth:`wait`
             blocks until every save is in place. Loads, removals and the next save's error
             check wait too, so this object never reads a checkpoint it is still writing.
+        max_pending: in background mode, the most saves in flight (each one a temporary file
+            not yet renamed into place). A save beyond that first waits until the oldest is in
+            place, so a slow disk slows training down instead of letting the newest durable
+            checkpoint fall ever further behind. Default :data:`MAX_PENDING` (2).
+        max_nodes: the most values a loaded checkpoint may hold, every reference to a shared
+            value counted (see :func:`check_bounded`). Default :data:`MAX_NODES`.
+        max_depth: the deepest nesting of containers a loaded checkpoint may have, at most
+            400. Default :data:`MAX_DEPTH`.
+
+    Saves are checked against ``max_nodes`` and ``max_depth`` too. The first save into a
+    directory removes the temporary files a killed writer left there (see the module doc).
     """
 
-    def __init__(self, background: bool = False) -> None:
+    def __init__(
+        self,
+        background: bool = False,
+        max_pending: int = MAX_PENDING,
+        max_nodes: int | None = None,
+        max_depth: int | None = None,
+    ) -> None:
+        if type(max_pending) is not int or max_pending < 1:
+            raise ValueError(f"TorchCheckpointIO(max_pending={max_pending!r}) must be an int of at least 1")
+        for name, value, ceiling in (("max_nodes", max_nodes, None), ("max_depth", max_depth, _DEPTH_CEILING)):
+            if value is not None:
+                _limit(f"TorchCheckpointIO({name}={value!r})", value, ceiling)
         self.background = background
+        self.max_pending = max_pending
+        self.max_nodes = max_nodes
+        self.max_depth = max_depth
         self._worker: ThreadPoolExecutor | None = None
-        self._pending: list[tuple[Path, Future[None]]] = []
+        self._pending: list[tuple[Path, Future[None], bool]] = []  # (path, job, is a save), in submission order
+        self._swept: set[Path] = set()  # directories whose leftover temporary files were removed
 
     def __getstate__(self) -> dict[str, Any]:
         self.wait()
-        return {"background": self.background}
+        return {
+            "background": self.background,
+            "max_pending": self.max_pending,
+            "max_nodes": self.max_nodes,
+            "max_depth": self.max_depth,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(**state)  # type: ignore[misc]
@@ -133,7 +367,9 @@ class TorchCheckpointIO:
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike[str]) -> None:
         """Atomically write ``checkpoint`` to ``path``; on any failure the old file (if any) is untouched.
 
-        In background mode a failure of an earlier save is raised here (or by :meth:`wait`).
+        In background mode a failure of an earlier save is raised here (or by :meth:`wait`), and
+        when ``max_pending`` saves are already in flight this first waits for the oldest of them.
+        The first save into a directory removes the temporary files a killed writer left there.
         """
         target = _as_path(path)
         if type(checkpoint) not in _MAPPINGS:
@@ -142,8 +378,13 @@ class TorchCheckpointIO:
             )
         if target.is_dir():
             raise CheckpointError(f"cannot save checkpoint to {target}: it is a directory; pass a file path")
-        check_serializable(checkpoint)
+        check_serializable(checkpoint, max_nodes=self.max_nodes, max_depth=self.max_depth)
         self._raise_failed()
+        self._make_room()
+        directory = target.parent.absolute()
+        if directory not in self._swept:
+            _sweep(directory)
+            self._swept.add(directory)
         worker = self._pool()
         tmp, fd = _open_temp(target)
         try:
@@ -156,13 +397,13 @@ class TorchCheckpointIO:
         if not self.background:
             _finish(sink, tmp, fd, target)
             return
-        self._pending.append((target, worker.submit(_finish, sink, tmp, fd, target)))
+        self._pending.append((target, worker.submit(_finish, sink, tmp, fd, target), True))
 
     def wait(self) -> None:
         """Block until every background save is in place; raise :class:`CheckpointError` for the first that failed."""
         pending, self._pending = self._pending, []
         first: BaseException | None = None
-        for _, job in pending:
+        for _, job, _ in pending:
             try:
                 job.result()
             except BaseException as exc:
@@ -172,9 +413,18 @@ class TorchCheckpointIO:
 
     def _raise_failed(self) -> None:
         """Raise the error of a finished background save that failed (the rest stay pending)."""
-        if any(job.done() and job.exception() is not None for _, job in self._pending):
+        if any(job.done() and job.exception() is not None for _, job, _ in self._pending):
             self.wait()
-        self._pending = [(t, job) for t, job in self._pending if not job.done()]
+        self._pending = [entry for entry in self._pending if not entry[1].done()]
+
+    def _make_room(self) -> None:
+        """Wait until fewer than ``max_pending`` saves are in flight, the oldest first; raise one that failed."""
+        while True:
+            flying = [job for _, job, is_save in self._pending if is_save and not job.done()]
+            if len(flying) < self.max_pending:
+                return
+            futures_wait([flying[0]])
+            self._raise_failed()
 
     def _pool(self) -> ThreadPoolExecutor:
         """The one worker thread: hash ranges, then finishing and removals, in submission order."""
@@ -183,7 +433,11 @@ class TorchCheckpointIO:
         return self._worker
 
     def load_checkpoint(self, path: str | os.PathLike[str], map_location: Any = "cpu") -> dict[str, Any]:
-        """Verify and load the checkpoint at ``path`` with ``weights_only=True``."""
+        """Verify and load the checkpoint at ``path`` with ``weights_only=True``.
+
+        Raises :class:`CheckpointError` naming the file for anything but a regular file holding a
+        whole, unaltered checkpoint that is a dict of plain data within ``max_nodes`` and ``max_depth``.
+        """
         target = _as_path(path)
         self.wait()
         with _open_for_read(target) as f:
@@ -208,11 +462,17 @@ class TorchCheckpointIO:
             raise CheckpointError(f"checkpoint {target} has a payload torch.load cannot read: {exc}") from exc
         if type(result) not in _MAPPINGS:
             raise CheckpointError(f"checkpoint {target} holds a {type(result).__qualname__}, not a dict")
+        # torch.load shares repeated references, so loading was cheap; whatever walks the result as a tree
+        # next (the trainer state, ``interlock inspect``) is safe only once its size as a tree is bounded.
+        check_bounded(result, f"checkpoint {target}", self.max_nodes, self.max_depth)
         checkpoint: dict[str, Any] = result  # a dict or OrderedDict, just checked
         return checkpoint
 
     def read_header(self, path: str | os.PathLike[str]) -> dict[str, Any]:
-        """Return the validated header (format, version, sha256, payload_bytes, created) without unpickling."""
+        """Return the validated header (format, version, sha256, payload_bytes, created) without unpickling.
+
+        A path that is not a regular file (a FIFO, directory, device) is refused at once.
+        """
         target = _as_path(path)
         self.wait()
         with _open_for_read(target) as f:
@@ -235,9 +495,9 @@ class TorchCheckpointIO:
             _remove(target)
             return
         after = _as_path(replaced_by)
-        saves = [job for t, job in self._pending if t == after]
+        saves = [job for t, job, is_save in self._pending if is_save and t == after]
         if self._pending:
-            self._pending.append((target, self._pool().submit(_remove_after, target, after, saves)))
+            self._pending.append((target, self._pool().submit(_remove_after, target, after, saves), False))
         else:
             _remove_after(target, after, saves)
 
@@ -381,9 +641,14 @@ def _finish(sink: _HashingSink, tmp: Path, fd: int, target: Path) -> None:
         # Padded with spaces (JSON whitespace) to the reserved slot, so the payload never moves.
         os.pwrite(fd, line.ljust(_HEADER_SLOT - 1) + b"\n", len(MAGIC))
         os.fsync(fd)
-        os.close(fd)
+        if os.name == "posix":  # rename while the lock is held: a sweep never finds this file unheld as a temp
+            os.replace(tmp, target)
+            _close_temp(fd)
+        else:  # Windows cannot rename an open file (and has no flock, so nothing is swept there)
+            _close_temp(fd)
+            fd = -1
+            os.replace(tmp, target)
         fd = -1
-        os.replace(tmp, target)
     except BaseException as exc:
         _discard(tmp, fd)
         if isinstance(exc, OSError):
@@ -399,12 +664,24 @@ def _write_error(target: Path, exc: OSError) -> CheckpointError:
 
 
 def _discard(tmp: Path, fd: int) -> None:
-    """Close ``fd`` (unless -1) and delete the temporary file."""
-    if fd >= 0:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    with contextlib.suppress(FileNotFoundError):
+    """Delete the temporary file and close ``fd`` (unless -1); on POSIX it is deleted while still locked."""
+    if fd >= 0 and os.name != "posix":
+        _close_temp(fd)
+        fd = -1
+    with contextlib.suppress(OSError):
         tmp.unlink()
+    if fd >= 0:
+        _close_temp(fd)
+
+
+def _close_temp(fd: int) -> None:
+    """Close a temporary file's descriptor (releasing its lock) and forget it as a live one."""
+    with contextlib.suppress(OSError):
+        st = os.fstat(fd)
+        with _LIVE_LOCK:
+            _LIVE_TEMPS.discard((st.st_dev, st.st_ino))
+    with contextlib.suppress(OSError):
+        os.close(fd)
 
 
 def _write_all(fd: int, data: bytes | bytearray | memoryview) -> int:
@@ -417,17 +694,92 @@ def _write_all(fd: int, data: bytes | bytearray | memoryview) -> int:
 
 
 def _open_temp(target: Path) -> tuple[Path, int]:
-    """Create a fresh temporary file next to ``target``; return its path and descriptor."""
+    """Create a fresh temporary file next to ``target``, held by this process; return its path and descriptor.
+
+    The file is registered as live (a sweep in this process never removes it) and, on POSIX,
+    locked with ``flock`` until it is renamed or removed (a sweep in another process skips it).
+    If a sweep removed it between its creation and the lock, another name is tried.
+    """
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CheckpointError(f"cannot create directory {target.parent} for checkpoint: {exc.strerror}") from exc
-    tmp = target.parent / f".{target.name[:180]}.{secrets.token_hex(6)}.tmp"
     flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        tmp = target.parent / f".{target.name[:180]}.{secrets.token_hex(6)}.tmp"
+        try:
+            fd = os.open(tmp, flags, 0o666)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise CheckpointError(f"cannot write checkpoint {target}: {exc.strerror}") from exc
+        try:
+            st = os.fstat(fd)
+            with _LIVE_LOCK:
+                _LIVE_TEMPS.add((st.st_dev, st.st_ino))
+            if os.name == "posix":
+                with contextlib.suppress(OSError):  # no flock on this filesystem: sweeps cannot lock it either
+                    fcntl.flock(fd, fcntl.LOCK_EX)  # waits only while a sweep that is removing it holds it
+            if os.fstat(fd).st_nlink > 0:
+                return tmp, fd
+        except BaseException:
+            _discard(tmp, fd)
+            raise
+        _close_temp(fd)  # a sweep removed it before we held it
+    raise CheckpointError(f"cannot write checkpoint {target}: no temporary file could be created and held")
+
+
+def _sweep(directory: Path) -> list[Path]:
+    """Remove the temporary files of dead writers in ``directory``; return the paths removed.
+
+    A file is removed only if its name is one :func:`_open_temp` makes, it is a regular file
+    (not a link) whose first bytes are (a prefix of) :data:`MAGIC`, no writer of this process
+    has it open, and no writer anywhere holds its ``flock`` (a live writer holds it until the
+    file is renamed into place). Skipped where there is no ``flock`` (not POSIX). Errors are
+    ignored: a file that cannot be checked is left alone.
+    """
+    if os.name != "posix":
+        return []
     try:
-        return tmp, os.open(tmp, flags, 0o666)
-    except OSError as exc:
-        raise CheckpointError(f"cannot write checkpoint {target}: {exc.strerror}") from exc
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        if _TEMP_NAME.fullmatch(name) and _remove_abandoned(directory / name):
+            removed.append(directory / name)
+    return removed
+
+
+def _remove_abandoned(path: Path) -> bool:
+    """Remove ``path`` if it is an interlock temporary file that no live writer holds."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held by a live writer (or no flock here: then nothing can be told apart)
+            return False
+        if not MAGIC.startswith(os.pread(fd, len(MAGIC), 0)):
+            return False
+        with _LIVE_LOCK:  # a writer of this process registers before it locks, under this lock
+            if (st.st_dev, st.st_ino) in _LIVE_TEMPS:
+                return False
+            now = os.lstat(path)
+            if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+                return False
+            path.unlink()
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -446,14 +798,49 @@ def _fsync_dir(directory: Path) -> None:
 
 
 def _open_for_read(target: Path) -> io.BufferedReader:
-    if target.is_dir():
-        raise CheckpointError(f"{target} is a directory, not a checkpoint file; pass the path of a checkpoint file")
+    """Open ``target`` for reading if it is a regular file; anything else is refused without waiting on it.
+
+    The path is checked before it is opened (a FIFO's open would block until a writer comes),
+    opened without blocking, and checked again through the descriptor, so a file swapped in
+    between is refused too.
+    """
     try:
-        return open(target, "rb")
+        _require_regular(target, os.stat(target).st_mode)
+        fd = os.open(
+            target,
+            os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_BINARY", 0),
+        )
     except FileNotFoundError:
         raise CheckpointError(f"no checkpoint at {target}: the file does not exist; check the path") from None
     except OSError as exc:
         raise CheckpointError(f"cannot read checkpoint {target}: {exc.strerror}") from exc
+    try:
+        _require_regular(target, os.fstat(fd).st_mode)
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        raise
+
+
+_NOT_REGULAR = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _require_regular(target: Path, mode: int) -> None:
+    if stat.S_ISREG(mode):
+        return
+    kind = next((name for test, name in _NOT_REGULAR if test(mode)), "not a regular file")
+    raise CheckpointError(
+        f"{target} is {kind}, not a checkpoint file: a checkpoint must be a regular file; pass the path of a .ckpt file"
+    )
 
 
 def _read_header(f: io.BufferedReader, target: Path) -> dict[str, Any]:
