@@ -14,9 +14,12 @@ Options:
   checkpointable state) and crashes at the first event after the file exists;
 - ``--report``: print ``batch <train_batches>`` after each training batch (flushed);
 - ``--die-in-save K``: SIGKILL itself halfway through writing its K-th checkpoint;
+- ``--slow-step SECONDS``: sleep that long in every training step after the first two (a run to interrupt
+  mid-batch);
 - ``--trace FILE``: write the names of all events, in order, as JSON.
 
-Exit codes: 0 finished, 3 every ``--save-at`` run crashed as asked, 128+signum when preempted.
+Exit codes: 0 finished, 3 every ``--save-at`` run crashed as asked, 128+signum when preempted,
+130 on Ctrl-C (stderr then says ``interrupted: checkpoint=PATH``, the file the interruption saved, or none).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -188,6 +192,8 @@ def run(args: argparse.Namespace, root: str, save_at: int | None = None, ckpt_ou
                 raise Crash(f"simulated crash at event {len(names)} ({event.name})")
         if args.report and event.name == "fit.train.batch.end":
             print(f"batch {trainer.state.progress.train_batches}", flush=True)
+        if args.slow_step and event.name == "fit.train.batch.step" and trainer.state.progress.train_batches >= 2:
+            time.sleep(args.slow_step)
         return None
 
     train = DataLoader(train_set, batch_size=4, shuffle=True)
@@ -199,6 +205,9 @@ def run(args: argparse.Namespace, root: str, save_at: int | None = None, ckpt_ou
         code = 3
     except interlock.Preempted as exc:
         code = 128 + exc.signum
+    except KeyboardInterrupt as exc:
+        print(f"interrupted: checkpoint={getattr(exc, 'checkpoint', None) or 'none'}", file=sys.stderr, flush=True)
+        code = 130
     if args.trace:
         Path(args.trace).write_text(json.dumps(names))
     return code, (result(trainer, module, captured) if code == 0 else None)
@@ -213,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--save-at", help="comma-separated event numbers; one crashed run (under ROOT/<n>) for each")
     p.add_argument("--report", action="store_true")
     p.add_argument("--die-in-save", type=int)
+    p.add_argument("--slow-step", type=float, default=0.0)
     p.add_argument("--trace")
     args = p.parse_args(argv)
     torch.set_num_threads(1)

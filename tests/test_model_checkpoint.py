@@ -73,7 +73,9 @@ def test_it_decides_through_updates_and_writes_nothing(tmp_path: Path) -> None:
         SaveCheckpoint(str(tmp_path / "epoch=2-step=30.ckpt"), "top_k"),
         SaveCheckpoint(str(tmp_path / "last.ckpt"), "last"),
     ]
-    assert store.value["best"] == str(tmp_path / "epoch=2-step=30.ckpt") and store.value["best_score"] == 0.5
+    assert store.value["best"] == "epoch=2-step=30.ckpt" and store.value["best_score"] == 0.5  # relative to dirpath
+    after = state_at(val_loss=0.5).replace(listeners={store.key: store.value})
+    assert mc.best_model_path(after) == str(tmp_path / "epoch=2-step=30.ckpt")
     assert list(tmp_path.iterdir()) == []
 
 

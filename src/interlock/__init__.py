@@ -7,7 +7,9 @@ from interlock.core.errors import (
     ConflictingUpdates,
     IllegalTransition,
     InterlockError,
+    Interrupted,
     Preempted,
+    RunDirectoryInUse,
 )
 from interlock.core.events import Event, Listener, listen, observe
 from interlock.core.module import Module
@@ -34,6 +36,7 @@ __all__ = [
     "Event",
     "IllegalTransition",
     "InterlockError",
+    "Interrupted",
     "Listener",
     "LogMetrics",
     "Module",
@@ -41,6 +44,7 @@ __all__ = [
     "Progress",
     "ReplaceOptimizer",
     "RestoreState",
+    "RunDirectoryInUse",
     "SaveCheckpoint",
     "SetLearningRate",
     "SetListenerState",

@@ -20,6 +20,7 @@ from jsonargparse import ArgumentParser, Namespace
 
 from interlock.cli.config import LOADERS
 from interlock.cli.inspect import summarize_checkpoint, to_json
+from interlock.connectors.rundir import LOCK_FILE
 from interlock.core.chart import Chart, load_chart
 from interlock.core.errors import Preempted
 from interlock.loops import default_registry
@@ -133,15 +134,23 @@ def run(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str]) -> int:
             file=sys.stderr,
         )
         return 128 + exc.signum
-    except KeyboardInterrupt:
-        print(f"interlock: {command} interrupted (Ctrl-C); outputs so far in {trainer.run_dir}", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        saved = getattr(exc, "checkpoint", None)  # Interrupted: the first Ctrl-C of a fit saved the run
+        if saved:
+            print(
+                f"interlock: {command} interrupted (Ctrl-C); a checkpoint was saved to {saved}\n"
+                f"resume with: {resume_command(argv)}",
+                file=sys.stderr,
+            )
+        else:
+            print(f"interlock: {command} interrupted (Ctrl-C); outputs so far in {trainer.run_dir}", file=sys.stderr)
         return 130
     seconds = time.perf_counter() - started
     where = Path(trainer.state.run_dir or trainer.run_dir).absolute()  # a resumed run continues in its own
     note = "" if where.exists() else " (no listener wrote anything there)"
     print(f"{command} finished in {seconds:.1f} s; run directory: {where}{note}")
     if where.exists():
-        for path in sorted(p for p in where.rglob("*") if p.is_file()):
+        for path in sorted(p for p in where.rglob("*") if p.is_file() and p.name != LOCK_FILE):
             print(f"  {path.relative_to(where)}")
         if (where / "events.jsonl").exists():
             print(f"draw this run on the chart: interlock chart --trace {where} --format svg -o run.svg")

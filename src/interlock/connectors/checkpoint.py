@@ -2,15 +2,23 @@
 
 ``dump`` gathers the serialized state (chart position, counters, listener
 states, data position), the module, optimizers, schedulers, precision plugin
-state and RNG states into plain data. ``restore`` checks that the checkpoint
-fits the module *before* changing anything, loads the tensors in place, and
-returns the saved :class:`TrainerState`, which the trainer applies as a
-``RestoreState`` update.
+state and RNG states into plain data. ``restore`` checks that the *whole*
+checkpoint fits the run (weights, optimizer, scheduler, precision and RNG states,
+counters) *before* changing anything, loads the tensors in place, and returns
+the saved :class:`TrainerState`, which the trainer applies as a ``RestoreState``
+update.
+
+Paths in a checkpoint never decide where a resumed run writes: it continues in the
+run directory the checkpoint *file* lives in (``RUN/checkpoints/x.ckpt`` -> ``RUN``),
+and the listeners' stored paths are checked against that directory
+(:meth:`~interlock.Listener.check_restored`).
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,8 +27,11 @@ import torch
 
 from interlock.connectors.metrics import scalars
 from interlock.connectors.optim import Scheduler
+from interlock.connectors.resume_check import check_optimizers, check_precision, check_rng, check_schedulers
 from interlock.connectors.rng import RestoreRNG, get_rng_states
-from interlock.core.errors import CheckpointError, Preempted
+from interlock.connectors.rundir import RESUMED_KEY, continued_run_dir
+from interlock.core.config import TrainerConfig
+from interlock.core.errors import CheckpointError, Interrupted, Preempted
 from interlock.core.registry import Action, Registry
 from interlock.core.run import Run
 from interlock.core.state import TrainerState
@@ -29,9 +40,11 @@ from interlock.plugins.strategy import Strategy
 
 __all__ = [
     "CHECKPOINT_FORMAT",
+    "check_ckpt_path",
     "check_fits",
     "check_resumable",
     "dump",
+    "nothing_to_train",
     "register",
     "resolve_ckpt_path",
     "restore",
@@ -84,12 +97,17 @@ def check_fits(ckpt: Mapping[str, Any], module: torch.nn.Module, source: str) ->
     if ckpt["format"] != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{source} has format {ckpt['format']!r}; this interlock reads {CHECKPOINT_FORMAT!r}")
     saved, own = ckpt["model"], module.state_dict()
+    if not isinstance(saved, Mapping) or not all(isinstance(k, str) for k in saved):
+        raise CheckpointError(f"{source}: model is a {type(saved).__name__}, not a state dict of named tensors")
     missing = sorted(set(own) - set(saved))
     unexpected = sorted(set(saved) - set(own))
     misshapen = sorted(
         f"{k}: checkpoint {tuple(saved[k].shape)} vs model {tuple(own[k].shape)}"
+        if isinstance(saved[k], torch.Tensor)
+        else f"{k}: checkpoint {type(saved[k]).__name__} vs model tensor {tuple(own[k].shape)}"
         for k in set(own) & set(saved)
-        if isinstance(saved[k], torch.Tensor) and saved[k].shape != own[k].shape
+        if isinstance(own[k], torch.Tensor)
+        and (not isinstance(saved[k], torch.Tensor) or saved[k].shape != own[k].shape)
     )
     if missing or unexpected or misshapen:
         parts = [
@@ -105,9 +123,32 @@ def check_fits(ckpt: Mapping[str, Any], module: torch.nn.Module, source: str) ->
 def saved_state(ckpt: Mapping[str, Any], source: str) -> TrainerState:
     """The trainer state a checkpoint holds; :class:`CheckpointError` when it is not a valid one."""
     try:
-        return TrainerState.from_dict(ckpt["state"])
+        state = TrainerState.from_dict(ckpt["state"])
     except (TypeError, ValueError) as exc:
         raise CheckpointError(f"{source} holds an invalid trainer state: {exc}") from None
+    data = state.data
+    seed = data.get("seed")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+        raise CheckpointError(f"{source}: state 'data'['seed'] is {seed!r:.80}, not an int or None (a shuffle seed)")
+    if not isinstance(data.get("exhausted", False), bool):
+        raise CheckpointError(f"{source}: state 'data'['exhausted'] is {data['exhausted']!r:.80}, not a bool")
+    return state
+
+
+def check_loaded(ckpt: Mapping[str, Any], module: torch.nn.Module, source: str) -> TrainerState:
+    """Check everything of ``ckpt`` that does not need the optimizers: weights, state, RNG, precision, gradients."""
+    check_fits(ckpt, module, source)
+    state = saved_state(ckpt, source)
+    check_rng(ckpt.get("rng"), source)
+    check_precision(ckpt.get("precision", {}), source)
+    grads = ckpt.get("grads") or {}
+    if not isinstance(grads, Mapping):
+        raise CheckpointError(f"{source}: grads is a {type(grads).__name__}, not a dict of gradients by parameter")
+    params = dict(module.named_parameters())
+    for name, grad in grads.items():
+        if name not in params or not isinstance(grad, torch.Tensor) or grad.shape != params[name].shape:
+            raise CheckpointError(f"{source} holds a gradient for {name!r}, which does not fit this model")
+    return state
 
 
 def check_resumable(
@@ -119,27 +160,17 @@ def check_resumable(
 ) -> TrainerState:
     """Raise :class:`CheckpointError` unless a fit can continue from ``ckpt``; return its saved state.
 
-    Checks what :func:`restore` loads (weights, trainer state, optimizer and
-    scheduler counts, gradients) and changes nothing, so a bad
-    checkpoint is refused before the run starts.
+    Checks all that :func:`restore` loads and changes nothing, so a bad checkpoint is
+    refused before the module's weights are touched: the weights; the trainer state
+    (counters and event counts are ints, metrics numbers); each optimizer's state (the
+    same optimizer class, param groups holding the same number of parameters, state
+    tensors shaped like their parameters); each scheduler's state (a dict whose values
+    fit this run's scheduler); the precision state (a dict); the RNG states (what
+    :func:`~interlock.connectors.rng.get_rng_states` produces); the gradients.
     """
-    check_fits(ckpt, module, source)
-    state = saved_state(ckpt, source)
-    saved_opts = ckpt.get("optimizers", [])
-    if optimizers and len(saved_opts) != len(optimizers):
-        raise CheckpointError(
-            f"{source} has {len(saved_opts)} optimizer state(s) but configure_optimizers() "
-            f"returned {len(optimizers)} optimizer(s)"
-        )
-    if schedulers and len(ckpt.get("schedulers", [])) != len(schedulers):
-        raise CheckpointError(
-            f"{source} has {len(ckpt.get('schedulers', []))} LR scheduler state(s) but configure_optimizers() "
-            f"returned {len(schedulers)}"
-        )
-    params = dict(module.named_parameters())
-    for name, grad in (ckpt.get("grads") or {}).items():
-        if name not in params or not isinstance(grad, torch.Tensor) or grad.shape != params[name].shape:
-            raise CheckpointError(f"{source} holds a gradient for {name!r}, which does not fit this model")
+    state = check_loaded(ckpt, module, source)
+    check_optimizers(ckpt.get("optimizers", []), optimizers, source)
+    check_schedulers(ckpt.get("schedulers", []), schedulers, source)
     return state
 
 
@@ -168,17 +199,98 @@ def restore(
     return state
 
 
-def resolve_ckpt_path(ckpt_path: str | os.PathLike[str], root: Path) -> Path:
-    """``"last"`` is the newest ``last.ckpt`` under ``root``; anything else is a path."""
-    if str(ckpt_path) == "last":
-        found = sorted(root.glob("**/last.ckpt"), key=lambda p: p.stat().st_mtime)
-        if not found:
-            raise CheckpointError(f"ckpt_path='last' but there is no last.ckpt under {root}; pass a checkpoint path")
-        return found[-1]
-    return Path(ckpt_path)
+def check_ckpt_path(ckpt_path: Any, method: str = "fit") -> None:
+    """``TypeError`` naming the value unless ``ckpt_path`` is ``None``, ``"last"`` or a path."""
+    if ckpt_path is None:
+        return
+    if isinstance(ckpt_path, bool) or not isinstance(ckpt_path, str | os.PathLike):
+        raise TypeError(
+            f"Trainer.{method}(ckpt_path={ckpt_path!r}) is invalid: pass the path of a .ckpt file (a str or "
+            "os.PathLike), 'last' (the newest last.ckpt of the run), or None to start fresh"
+        )
+
+
+def _newest_last(root: Path) -> Path | None:
+    runs = root / "runs"
+    found = [p for p in runs.glob("*/checkpoints/last.ckpt") if p.is_file()]
+    return max(found, key=lambda p: (p.stat().st_mtime_ns, str(p))) if found else None
+
+
+def resolve_ckpt_path(ckpt_path: str | os.PathLike[str], root: Path, run_dir: str = "") -> Path:
+    """``"last"`` is the ``last.ckpt`` of the run being continued; anything else is a path.
+
+    A trainer that already has a run directory (``run_dir``, from an earlier stage)
+    continues that run: ``RUN/checkpoints/last.ckpt``. Otherwise ``"last"`` is the
+    most recently written ``runs/*/checkpoints/last.ckpt`` under ``root``.
+    """
+    check_ckpt_path(ckpt_path)
+    if str(ckpt_path) != "last":
+        return Path(ckpt_path)
+    if run_dir:
+        last = Path(run_dir) / "checkpoints" / "last.ckpt"
+        if not last.is_file():
+            raise CheckpointError(
+                f"ckpt_path='last' resumes this trainer's run {run_dir}, but there is no last.ckpt in it "
+                f"({last}); pass a checkpoint path, or resume with a new Trainer to pick the newest run under {root}"
+            )
+        return last
+    found = _newest_last(root)
+    if found is None:
+        raise CheckpointError(
+            f"ckpt_path='last' but there is no last.ckpt in any run under {root} (runs/*/checkpoints/last.ckpt); "
+            "pass a checkpoint path"
+        )
+    return found
+
+
+def nothing_to_train(state: TrainerState, config: TrainerConfig, resume_at: str) -> str:
+    """Why a fit resumed at ``resume_at`` from ``state`` would train nothing under ``config`` (``""``: it trains)."""
+    if config.max_steps != -1 and state.global_step >= config.max_steps:
+        return (
+            f"global step {state.global_step} has reached max_steps={config.max_steps}; "
+            "raise max_steps to train further"
+        )
+    if resume_at != "fit.train.epoch_end":
+        return ""
+    if state.should_stop:
+        reason = state.stop_reason or "a stop was requested"
+        return f"the run had stopped ({reason}) and stays stopped"
+    epochs = config.epochs
+    if epochs is not None and state.epoch + 1 >= epochs:
+        return f"epoch {state.epoch} was the last of max_epochs={epochs}; raise max_epochs to train further"
+    return ""
+
+
+def _say(run: Run, line: str) -> None:
+    if run.hardware.strategy.is_global_zero:
+        print(line, file=sys.stderr, flush=True)
 
 
 _LOADED = "interlock.checkpoint"
+
+
+_EPOCH_END = "fit.train.epoch_end"
+
+
+def _continue(run: Run) -> Update | None:
+    """A second fit of one trainer: continue its state from the end of the epoch its last fit was in.
+
+    The next epoch starts (the previous fit's epoch is not run past its length); with the
+    limits already reached the fit ends at once, and says so. Optimizers and schedulers are
+    the fresh ones ``configure_optimizers`` just built, as in Lightning.
+    """
+    state = run.state
+    if (state.progress.train_batches == 0 and state.epoch == 0) or run.chart is None:
+        return None
+    if _EPOCH_END not in run.chart.leaf_specs:
+        return None
+    why = nothing_to_train(state, run.config, _EPOCH_END)
+    _say(
+        run,
+        f"interlock: this trainer has fitted before (epoch {state.epoch}, global step {state.global_step}): "
+        f"fit continues in {state.run_dir} with the next epoch" + (f"; nothing to train: {why}" if why else ""),
+    )
+    return RestoreState(state.replace(chart=_EPOCH_END))
 
 
 def _write(run: Run, path: str) -> None:
@@ -207,19 +319,31 @@ def register(reg: Registry) -> None:
 
     @reg.action("checkpoint.load")
     def load(run: Run, params: Mapping[str, Any]) -> Action:
-        """Read ckpt_path and check that its weights fit the module; a resumed fit keeps writing in its run."""
+        """Read ckpt_path and check it against the module; a resumed fit continues in the run the file is in."""
 
         def act() -> Update | None:
             if run.plan.ckpt_path is None:
                 return None
-            path = resolve_ckpt_path(run.plan.ckpt_path, Path(run.plan.root))
+            path = resolve_ckpt_path(run.plan.ckpt_path, Path(run.plan.root), run.plan.run_dir)
             ckpt = run.checkpoint_io.load_checkpoint(path, map_location=run.device)
-            check_fits(ckpt, run.module, str(path))
-            run.extras[_LOADED] = (ckpt, str(path))
+            source = str(path)
             if run.stage != "fit":
+                check_fits(ckpt, run.module, source)
+                run.extras[_LOADED] = (ckpt, source, None)
                 return None
-            saved = saved_state(ckpt, str(path))
-            return SetRunInfo(run_dir=saved.run_dir or run.plan.run_dir)
+            saved = check_loaded(ckpt, run.module, source)
+            continued = continued_run_dir(path)  # where the file is, never what it says
+            run_dir = str(continued) if continued is not None else run.plan.run_dir
+            try:
+                if run.chart is not None:
+                    run.chart.resume_point(saved.chart)
+                for check in run.restore_checks:
+                    saved = check(saved, run_dir)
+            except ValueError as exc:
+                raise CheckpointError(f"{source}: {exc}") from None
+            run.extras[_LOADED] = (ckpt, source, saved)
+            run.extras[RESUMED_KEY] = source
+            return SetRunInfo(run_dir=run_dir) if continued is not None else None
 
         return act
 
@@ -236,23 +360,30 @@ def register(reg: Registry) -> None:
 
     @reg.action("checkpoint.restore")
     def restore_(run: Run, params: Mapping[str, Any]) -> Action:
-        """Resume: check the whole checkpoint against the run, load it, and return its state (the chart jumps there)."""
+        """Resume: check the whole checkpoint, load it, return its state; a second fit continues with the next epoch."""
 
-        def act() -> list[Update] | None:
+        def act() -> list[Update] | Update | None:
             loaded = run.extras.pop(_LOADED, None)
             if loaded is None:
-                return None
-            ckpt, source = loaded
+                return _continue(run)
+            ckpt, source, saved = loaded
             strategy = run.hardware.strategy
-            state = restore(ckpt, run.module, run.optimizers, run.schedulers, source, strategy)
+            restore(ckpt, run.module, run.optimizers, run.schedulers, source, strategy)
             run.hardware.precision.load_state_dict(ckpt.get("precision", {}))
             now = run.state  # this process's rank and run directory, not the saving process's
-            restored = state.replace(
+            restored = saved.replace(
                 stage="fit",
                 status="running",
                 global_rank=now.global_rank,
                 world_size=now.world_size,
                 run_dir=now.run_dir,
+            )
+            resume_at = run.chart.resume_point(saved.chart) if run.chart is not None else saved.chart
+            why = nothing_to_train(saved, run.config, resume_at)
+            _say(
+                run,
+                f"interlock: resuming {source} in {now.run_dir}: state {saved.chart}, epoch {saved.epoch}, "
+                f"global step {saved.global_step}" + (f"; nothing to train: {why}" if why else ""),
             )
             updates: list[Update] = [RestoreState(restored)]
             if ckpt.get("rng") is not None:
@@ -263,11 +394,13 @@ def register(reg: Registry) -> None:
 
     @reg.action("checkpoint.save_preempted")
     def save_preempted(run: Run, params: Mapping[str, Any]) -> Action:
-        """Save ``last.ckpt`` here (a batch boundary) and end the fit as interrupted by the signal."""
+        """Save ``last.ckpt`` here (a batch boundary); end the fit as interrupted by the signal (or Ctrl-C)."""
 
         def act() -> list[Update]:
-            path = Path(run.state.run_dir or run.plan.run_dir) / "checkpoints" / "last.ckpt"
-            return [SaveCheckpoint(str(path), "preempted"), Interrupt(Preempted(run.signals.signum))]
+            path = str(Path(run.state.run_dir or run.plan.run_dir) / "checkpoints" / "last.ckpt")
+            signum = run.signals.signum
+            stop: BaseException = Interrupted(path) if signum == signal.SIGINT else Preempted(signum)
+            return [SaveCheckpoint(path, "preempted"), Interrupt(stop)]
 
         return act
 

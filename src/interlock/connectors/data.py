@@ -22,7 +22,7 @@ from interlock.core.registry import Action, Guard, Registry
 from interlock.core.run import Run
 from interlock.core.updates import SetDataPosition, Update
 
-__all__ = ["EpochData", "Feed", "PositionSampler", "num_batches", "prepare_loader", "register"]
+__all__ = ["EpochData", "Feed", "PositionSampler", "check_training_data", "num_batches", "prepare_loader", "register"]
 
 
 class PositionSampler(Sampler[int]):
@@ -199,6 +199,30 @@ class Feed:
         self.limit = num_batches(self.data.loader, limit)
 
 
+def _describe(loader: Any) -> str:
+    dataset = getattr(loader, "dataset", None)
+    if isinstance(dataset, Sized):
+        batch, drop = getattr(loader, "batch_size", None), getattr(loader, "drop_last", False)
+        return f" (len(dataset) = {len(dataset)}, batch_size={batch}, drop_last={drop})"
+    return ""
+
+
+def check_training_data(feed: Feed, val_check_interval: int | float) -> None:
+    """Refuse, at set-up, training data a fit cannot use: an empty loader; a fraction of an unsized epoch."""
+    length = _length(feed.data.loader)
+    if length == 0:
+        raise ValueError(
+            f"the training loader has no batches (len(train_dataloaders) == 0){_describe(feed.data.loader)}: "
+            "fit needs at least one; check the dataset, or use a smaller batch_size or drop_last=False"
+        )
+    if isinstance(val_check_interval, float) and val_check_interval != 1.0 and feed.limit is None:
+        raise ValueError(
+            f"Trainer(val_check_interval={val_check_interval!r}) is a fraction of the training epoch, but the "
+            "training loader has no length (an IterableDataset?), so the epoch has none: pass an int "
+            "(validate every N training batches), or set limit_train_batches=N to give the epoch a length"
+        )
+
+
 def _no_training_data() -> None:
     raise RuntimeError("data.fetch ran in a stage without training data; the chart sends only fit here")
 
@@ -215,6 +239,9 @@ def register(reg: Registry) -> None:
             for key, feed in run.feeds.items():
                 limit = cfg.limit(key)
                 feed.prepare(dist.world_size if dist else 1, dist.rank if dist else 0, limit)
+            train = run.feeds.get("train")
+            if run.stage == "fit" and train is not None:
+                check_training_data(train, cfg.val_check_interval)
 
         return act
 
@@ -268,6 +295,12 @@ def register(reg: Registry) -> None:
             try:
                 batch = next(feed.it)
             except StopIteration:
+                if counters.batch_idx == 0 and feed.limit != 0:  # an empty epoch would repeat forever
+                    raise RuntimeError(
+                        f"the training loader yielded no batches in epoch {counters.epoch}"
+                        f"{_describe(feed.data.loader)}: fit stops rather than run empty epochs; check that the "
+                        "loader (an IterableDataset?) yields batches in every epoch"
+                    ) from None
                 step.fetched, feed.exhausted = False, True
                 return SetDataPosition({"exhausted": True})
             step.batch = batch if prepare is None else prepare(batch)

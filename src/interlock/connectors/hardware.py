@@ -142,9 +142,7 @@ def register(reg: Registry) -> None:
         def act() -> SetRunInfo:
             hw: Hardware = run.hardware
             hw.strategy.setup_environment(run.device, hw.accelerator.default_backend())
-            return SetRunInfo(
-                run_dir=run.plan.run_dir, global_rank=hw.strategy.global_rank, world_size=hw.strategy.world_size
-            )
+            return SetRunInfo(global_rank=hw.strategy.global_rank, world_size=hw.strategy.world_size)
 
         return act
 

@@ -1,4 +1,9 @@
-"""Preemption signals and stop requests: the handler only records the signal; the chart acts on it.
+"""Preemption signals, Ctrl-C and stop requests: the handler only records the signal; the chart acts on it.
+
+During fit the first Ctrl-C (SIGINT) is a preemption signal too: the run is saved at the
+next checkpointable state and ends as interrupted (``Interrupted``, a ``KeyboardInterrupt``).
+The handler gives SIGINT back to its previous handler at once, so a second Ctrl-C raises
+``KeyboardInterrupt`` where the program is, without saving.
 
 ``signals.vote`` at each training batch end agrees, across processes and without
 blocking, on whether to stop or save-and-exit; ``signals.preempted`` (that vote)
@@ -8,6 +13,7 @@ epoch ends) are the guards of the chart's ``preempt`` transitions.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Iterable, Mapping
@@ -23,23 +29,40 @@ __all__ = ["PreemptionFlag", "Signals", "register"]
 class PreemptionFlag:
     """Installs handlers for ``signals``; ``received`` holds the first one caught.
 
-    The handler does no I/O and takes no lock: it stores an int. The chart
+    The handler does no buffered I/O and takes no lock: it stores an int. The chart
     reads the flag at the next batch boundary, saves and moves to ``interrupted``.
+    For SIGINT it also puts the previous handler back (a second Ctrl-C stops at once)
+    and writes ``notice`` to stderr with one ``os.write``. SIGINT is caught only while
+    it has Python's default handler: an ignored Ctrl-C, or a program's own handler,
+    is left alone. A process forked while the handlers are installed (a DataLoader
+    worker) inherits them and ignores the signals: the process that installed them decides.
     """
 
     def __init__(self, signals: Iterable[int] = (signal.SIGTERM,)) -> None:
         self.signals = tuple(signals)
         self.received: int | None = None
+        #: one line written to stderr at the first Ctrl-C (what happens next, how to resume)
+        self.notice = ""
         self._previous: dict[int, Any] = {}
+        self._pid = os.getpid()
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != self._pid:  # a forked child: the process that installed the handler decides
+            return
         if self.received is None:
             self.received = signum
+        if signum == signal.SIGINT:
+            signal.signal(signal.SIGINT, self._previous.get(signal.SIGINT, signal.default_int_handler))
+            if self.notice:
+                os.write(2, self.notice.encode(errors="replace"))
 
     def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return
+        self._pid = os.getpid()
         for sig in self.signals:
+            if sig == signal.SIGINT and signal.getsignal(sig) is not signal.default_int_handler:
+                continue
             self._previous[sig] = signal.signal(sig, self._handle)
 
     def uninstall(self) -> None:
@@ -66,8 +89,19 @@ def register(reg: Registry) -> None:
 
     @reg.action("signals.install")
     def install(run: Run, params: Mapping[str, Any]) -> Action:
-        """Catch preemption signals (SIGTERM; SIGUSR1 under SLURM): a save and a clean exit follow."""
-        return run.signals.flag.install  # type: ignore[no-any-return]
+        """Catch preemption signals (SIGTERM; SIGUSR1 under SLURM) and the first Ctrl-C: a save and an exit follow."""
+        flag = run.signals.flag
+
+        def act() -> None:
+            if run.hardware.strategy.is_global_zero and signal.SIGINT in flag.signals:
+                last = os.path.join(run.state.run_dir or run.plan.run_dir, "checkpoints", "last.ckpt")
+                flag.notice = (
+                    f"\ninterlock: Ctrl-C: saving {last} at the next batch boundary, then stopping "
+                    f"(Ctrl-C again stops at once, without saving); resume with fit(..., ckpt_path={last!r})\n"
+                )
+            flag.install()
+
+        return act
 
     @reg.action("signals.uninstall")
     def uninstall(run: Run, params: Mapping[str, Any]) -> Action:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import attrs
@@ -54,8 +55,8 @@ def _choice(*choices: Any) -> Any:
 
 
 def _clip(_: Any, a: attrs.Attribute[Any], v: Any) -> None:
-    if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or v <= 0):
-        raise _bad(a.name, v, "expected None (no clipping) or a number > 0")
+    if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < math.inf):
+        raise _bad(a.name, v, "expected None (no clipping) or a finite number > 0, such as 1.0")
 
 
 def _max_epochs(_: Any, a: attrs.Attribute[Any], v: Any) -> None:

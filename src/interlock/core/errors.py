@@ -10,8 +10,10 @@ __all__ = [
     "ConflictingUpdates",
     "IllegalTransition",
     "InterlockError",
+    "Interrupted",
     "OutputError",
     "Preempted",
+    "RunDirectoryInUse",
     "add_note",
 ]
 
@@ -65,6 +67,22 @@ class Preempted(Exception):
     def __init__(self, signum: int) -> None:
         self.signum = signum
         super().__init__(f"preempted by signal {signum}; a checkpoint was saved at the last batch boundary")
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during fit, raised once the run is saved at the next checkpointable state.
+
+    A ``KeyboardInterrupt``: code that catches Ctrl-C catches it. ``checkpoint`` is the
+    file that was saved (``<run_dir>/checkpoints/last.ckpt``); resume with ``ckpt_path=`` it.
+    """
+
+    def __init__(self, checkpoint: str) -> None:
+        self.checkpoint = checkpoint
+        super().__init__(f"interrupted by Ctrl-C; a checkpoint was saved to {checkpoint}")
+
+
+class RunDirectoryInUse(InterlockError, RuntimeError):
+    """Another process is writing the run directory this stage would write (one writer per run)."""
 
 
 def add_note(exc: BaseException, note: str) -> None:

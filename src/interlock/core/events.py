@@ -332,6 +332,16 @@ class Listener:
         """An update that merges ``values`` into this listener's stored state."""
         return SetListenerState(self.key, {**self.stored(state), **values})
 
+    def check_restored(self, stored: Mapping[str, Any], run_dir: str) -> Mapping[str, Any]:
+        """Check this listener's state as a checkpoint brings it back, before the run resumes.
+
+        ``run_dir`` is the run directory the resumed run continues in (``""``: a new one, not
+        claimed yet). Return the state to resume with (normalised if need be) or raise
+        ``ValueError`` saying what does not fit: the checkpoint is then refused, naming the
+        file, before anything is loaded. The default accepts the state as it is.
+        """
+        return stored
+
 
 def order_listeners(listeners: Iterable[Listener]) -> list[Listener]:
     """Stable topological order: list order, except each runs after its ``after`` keys."""

@@ -15,6 +15,7 @@ from typing import Any
 import attrs
 import torch
 
+from interlock.core.chart import Chart
 from interlock.core.config import TrainerConfig
 from interlock.core.progress import Counters
 from interlock.core.state import TrainerState
@@ -26,7 +27,12 @@ STAGE_DATA = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), 
 
 @attrs.frozen
 class RunPlan:
-    """One stage as asked: which, with what flags, data, checkpoint and seed."""
+    """One stage as asked: which, with what flags, data, checkpoint and seed.
+
+    ``run_dir`` is the run directory the trainer already has (from an earlier stage), ``""``
+    when it has none yet: the stage then continues a checkpoint's run or claims a new
+    ``root/runs/version_N``.
+    """
 
     stage: str
     config: TrainerConfig
@@ -87,6 +93,11 @@ class Run:
     failed_in: str = ""
     #: room for the live objects of user actions (an EMA copy of the weights, ...)
     extras: dict[str, Any] = attrs.field(factory=dict)
+    #: checks of a checkpoint's state for a run that continues in a directory: ``check(state, run_dir)``
+    #: returns the state (normalised) or raises ``ValueError`` (the listeners' ``check_restored``)
+    restore_checks: tuple[Callable[[TrainerState, str], TrainerState], ...] = ()
+    #: the chart being run (set by the runtime): where a saved state resumes
+    chart: Chart | None = None
 
     @property
     def state(self) -> TrainerState:

@@ -218,7 +218,58 @@ class TrainerState:
         progress = data.pop("progress", {})
         if not isinstance(progress, Mapping):
             raise ValueError(f"state 'progress' must be a mapping, got {type(progress).__name__}")
+        unknown = set(progress) - {f.name for f in attrs.fields(Progress)}
+        if unknown:
+            raise ValueError(f"unknown progress counters {sorted(unknown)} in state 'progress'")
+        _check_plain(data)
         return cls(progress=Progress(**progress), **data)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _check_plain(data: Mapping[str, Any]) -> None:
+    """Raise ``ValueError`` naming the field when plain state data has the wrong kind of value.
+
+    The fields the interpreter counts and compares must hold what it would have put there:
+    an ``int`` event count, a ``float`` metric, a ``bool`` flag. A checkpoint that says
+    otherwise would fail later, deep in a run; here it fails before anything is loaded.
+    """
+
+    def mapping(name: str) -> Mapping[str, Any]:
+        value = data.get(name, {})
+        if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+            raise ValueError(f"state {name!r} must be a mapping with str keys, got {value!r:.80}")
+        return value
+
+    for name, value in mapping("counts").items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(
+                f"state 'counts'[{name!r}] must be an int >= 0 (times the state was entered), got {value!r}"
+            )
+    for field in ("metrics", "best_metrics", "eval_sums"):
+        for name, value in mapping(field).items():
+            if not _number(value):
+                raise ValueError(f"state {field!r}[{name!r}] must be a number, got {value!r:.80}")
+    for name, value in mapping("listeners").items():
+        if not isinstance(value, Mapping):
+            raise ValueError(
+                f"state 'listeners'[{name!r}] must be a mapping (a listener's stored state), got {value!r:.80}"
+            )
+    mapping("data")
+    history = data.get("history", ())
+    if not isinstance(history, list | tuple | History):
+        raise ValueError(f"state 'history' must be a list of rows, got {history!r:.80}")
+    for i, row in enumerate(history):
+        if not isinstance(row, Mapping):
+            raise ValueError(f"state 'history'[{i}] must be a mapping (one row of metrics), got {row!r:.80}")
+    for name, kind in (("chart", str), ("stop_reason", str), ("run_dir", str), ("should_stop", bool)):
+        if name in data and not isinstance(data[name], kind):
+            raise ValueError(f"state {name!r} must be a {kind.__name__}, got {data[name]!r:.80}")
+    seed = data.get("seed")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+        raise ValueError(f"state 'seed' must be an int or None, got {seed!r:.80}")
 
 
 _FIELDS = {f.name: f for f in attrs.fields(TrainerState)}

@@ -4,9 +4,12 @@ The listener decides; it never writes a checkpoint itself. At a save point it
 returns :class:`~interlock.SaveCheckpoint` updates (the trainer writes the file
 atomically at that checkpointable state) and stores its bookkeeping (the top-k
 paths and scores, the last path, when it last saved) in the trainer state, so a
-resumed run continues it. A file that falls out of the top k is named in the
-``replaces`` of the save that pushed it out: the trainer deletes it once that
-checkpoint is in place, and keeps it if the save fails.
+resumed run continues it. Stored paths are relative to the run directory (to
+``dirpath`` when one is given) and are resolved against the directory the run
+continues in: a checkpoint cannot make a resumed run write or delete anywhere
+else (:meth:`ModelCheckpoint.check_restored` refuses a path that leads outside).
+A file that falls out of the top k is named in the ``replaces`` of the save that
+pushed it out: the trainer deletes it once that checkpoint is in place, and keeps it if the save fails.
 
 Save points:
 
@@ -28,6 +31,7 @@ from __future__ import annotations
 import datetime
 import math
 import os
+import posixpath
 import re
 import time
 from collections.abc import Iterator, Mapping
@@ -176,11 +180,13 @@ class ModelCheckpoint(Listener):
     # -- what is stored -------------------------------------------------------------------
     def best_k_models(self, state: TrainerState) -> dict[str, float | None]:
         """The kept checkpoints: path -> score (``None`` without a monitor)."""
-        return dict(self.stored(state).get("best_k", {}))
+        base = self._base(state)
+        return {self._resolve(base, p): score for p, score in self.stored(state).get("best_k", {}).items()}
 
     def best_model_path(self, state: TrainerState) -> str:
         """The best checkpoint so far (the latest one without a monitor); ``""`` before any."""
-        return str(self.stored(state).get("best", ""))
+        best = str(self.stored(state).get("best", ""))
+        return self._resolve(self._base(state), best) if best else ""
 
     def best_model_score(self, state: TrainerState) -> float | None:
         """The monitored value of :meth:`best_model_path`."""
@@ -188,7 +194,60 @@ class ModelCheckpoint(Listener):
 
     def last_model_path(self, state: TrainerState) -> str:
         """The ``last.ckpt`` path once written (``save_last``); ``""`` before."""
-        return str(self.stored(state).get("last", ""))
+        last = str(self.stored(state).get("last", ""))
+        return self._resolve(self._base(state), last) if last else ""
+
+    # -- paths: stored relative to the base, resolved inside it ---------------------------
+    def _base(self, state: TrainerState) -> Path:
+        """What stored paths are relative to: ``dirpath`` when given, else the run directory."""
+        if self.dirpath is not None:
+            return self.dirpath
+        if not state.run_dir:
+            raise RuntimeError("ModelCheckpoint has no directory: state.run_dir is empty; pass dirpath=...")
+        return Path(state.run_dir)
+
+    @property
+    def _subdir(self) -> str:
+        """Where files go, relative to the base."""
+        return "" if self.dirpath is not None else "checkpoints"
+
+    def _resolve(self, base: Path, stored: str) -> str:
+        """The file a stored path names, under ``base``; ``ValueError`` when it leads outside."""
+        return os.path.join(base, _relative(stored, str(base), self))
+
+    def check_restored(self, stored: Mapping[str, Any], run_dir: str) -> Mapping[str, Any]:
+        """Refuse kept paths that lead outside the run directory (or ``dirpath``); make old absolute ones relative.
+
+        Checkpoints of earlier versions stored absolute paths: they are accepted when they lie
+        inside the directory the run continues in, and stored relative to it from then on.
+        """
+        base = str(self.dirpath) if self.dirpath is not None else run_dir
+        out = dict(stored)
+        best_k = stored.get("best_k", {})
+        if not isinstance(best_k, Mapping):
+            raise ValueError(
+                f"ModelCheckpoint(key={self.key!r}) state 'best_k' is a {type(best_k).__name__}, not a dict"
+            )
+        kept: dict[str, Any] = {}
+        for path, score in best_k.items():
+            if score is not None and not _number(score):
+                raise ValueError(
+                    f"ModelCheckpoint(key={self.key!r}) keeps {path!r} with the score {score!r}, not a number"
+                )
+            kept[_relative(path, base, self)] = score
+        out["best_k"] = kept
+        for name in ("best", "last"):
+            value = stored.get(name, "")
+            if value:
+                out[name] = _relative(value, base, self)
+        for name, ok in (
+            ("best_score", lambda v: v is None or _number(v)),
+            ("last_step", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0),
+            ("last_time", lambda v: v is None or _number(v)),
+        ):
+            if name in stored and not ok(stored[name]):
+                raise ValueError(f"ModelCheckpoint(key={self.key!r}) state {name!r} is {stored[name]!r:.80}")
+        return out
 
     def format_checkpoint_name(self, state: TrainerState, ver: int | None = None) -> str:
         """The file name ``filename`` gives at ``state`` (with ``-v<ver>`` when given)."""
@@ -207,13 +266,6 @@ class ModelCheckpoint(Listener):
     # -- deciding ---------------------------------------------------------------------------
     def _epoch_due(self, state: TrainerState) -> bool:
         return bool(self.every_n_epochs) and (state.epoch + 1) % self.every_n_epochs == 0
-
-    def _directory(self, state: TrainerState) -> Path:
-        if self.dirpath is not None:
-            return self.dirpath
-        if not state.run_dir:
-            raise RuntimeError("ModelCheckpoint has no directory: state.run_dir is empty; pass dirpath=...")
-        return Path(state.run_dir) / "checkpoints"
 
     def _score(self, state: TrainerState) -> tuple[bool, float | None]:
         """Whether a top-k save can be ranked now, and the score (``None`` without a monitor)."""
@@ -243,9 +295,13 @@ class ModelCheckpoint(Listener):
         return a < b if self.mode == "min" else a > b
 
     def _save(self, state: TrainerState, top_k: bool, **extra: Any) -> list[Update]:
-        """Updates that save at this point: the top-k file when it qualifies, and ``last.ckpt``."""
+        """Updates that save at this point: the top-k file when it qualifies, and ``last.ckpt``.
+
+        The bookkeeping stores paths relative to the base (``checkpoints/epoch=0-step=8.ckpt``);
+        the requests name the files under this run's base.
+        """
         stored = self.stored(state)
-        directory = self._directory(state)
+        base = self._base(state)
         best_k: dict[str, float | None] = dict(stored.get("best_k", {}))
         replaced: list[str] = []
         saves: list[Update] = []
@@ -260,31 +316,61 @@ class ModelCheckpoint(Listener):
                 dropped = [worst] if self._better(score, best_k[worst]) else []
                 ranked = bool(dropped)
             if ranked:
-                path = self._free_path(state, directory, best_k, dropped, stored.get("last", ""))
+                path = self._free_path(state, best_k, dropped, stored.get("last", ""))
                 for old in dropped:
                     del best_k[old]
                     if old != path:
-                        replaced.append(old)
+                        replaced.append(self._resolve(base, old))
                 best_k[path] = score
                 best = path if self.monitor is None else min(best_k, key=lambda p: _rank(best_k[p], self.mode))
                 values.update(best_k=best_k, best=best, best_score=best_k[best])
-                saves.append(SaveCheckpoint(path, tag="top_k", replaces=tuple(replaced)))
+                saves.append(SaveCheckpoint(self._resolve(base, path), tag="top_k", replaces=tuple(replaced)))
         if self.save_last:
-            last = str(directory / f"{self.CHECKPOINT_NAME_LAST}{self.FILE_EXTENSION}")
+            last = posixpath.join(self._subdir, f"{self.CHECKPOINT_NAME_LAST}{self.FILE_EXTENSION}")
             values["last"] = last
-            saves.append(SaveCheckpoint(last, tag="last"))
+            saves.append(SaveCheckpoint(self._resolve(base, last), tag="last"))
         return [self.store(state, **values), *saves]
 
-    def _free_path(
-        self, state: TrainerState, directory: Path, best_k: Mapping[str, Any], dropped: list[str], last: str
-    ) -> str:
-        """The formatted path, versioned (``-v1``...) when a kept checkpoint already has it."""
+    def _free_path(self, state: TrainerState, best_k: Mapping[str, Any], dropped: list[str], last: str) -> str:
+        """The formatted path (relative to the base), versioned (``-v1``...) when a kept checkpoint has it."""
         taken = (set(best_k) - set(dropped)) | {last}
-        path, ver = str(directory / self.format_checkpoint_name(state)), 0
+        path, ver = posixpath.join(self._subdir, self.format_checkpoint_name(state)), 0
         while path in taken:
             ver += 1
-            path = str(directory / self.format_checkpoint_name(state, ver))
+            path = posixpath.join(self._subdir, self.format_checkpoint_name(state, ver))
         return path
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _relative(path: Any, base: str, owner: ModelCheckpoint) -> str:
+    """``path`` as a normalised path relative to ``base``; ``ValueError`` when it leads outside ``base``.
+
+    A relative path is resolved against ``base``; an absolute one (older checkpoints) must
+    lie inside it. ``base`` is ``""`` when the run's directory is not known yet (a new run
+    directory): then only a relative path that does not climb out (``../``) is kept.
+    """
+    who = f"ModelCheckpoint(key={owner.key!r})"
+    if not isinstance(path, str) or not path:
+        raise ValueError(f"{who} keeps the path {path!r}, which is not a non-empty str")
+    root = os.path.abspath(base) if base else ""
+    if root:
+        full = os.path.normpath(os.path.join(root, path))
+        if os.path.commonpath([root, full]) == root and full != root:
+            return os.path.relpath(full, root).replace(os.sep, "/")
+    else:
+        full = posixpath.normpath(path.replace(os.sep, "/"))
+        if not os.path.isabs(path) and full not in (".", "..") and not full.startswith("../"):
+            return full
+    where = f"the run directory it continues in ({base})" if base else "the new run directory it starts"
+    kind = "absolute path" if os.path.isabs(path) else "path"
+    raise ValueError(
+        f"{who} keeps the {kind} {path!r}, which resolves to {full!r}, outside {where}; interlock writes and "
+        "deletes only inside the run. Resume the checkpoint from inside the run that wrote it (RUN/checkpoints/), "
+        "or give this ModelCheckpoint another key= to start its bookkeeping afresh"
+    )
 
 
 def _validated_in_epoch(state: TrainerState) -> bool:

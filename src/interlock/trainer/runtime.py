@@ -140,6 +140,7 @@ class Runtime:
         Raises the exception that ended the stage, if any, once the chart has torn it down.
         """
         run.counters = self.counters
+        run.chart = self.chart
         run.state_ref = lambda: self.state
         run.facts_ref = lambda: self._base
         self._bind(run)

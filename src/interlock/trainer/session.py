@@ -8,7 +8,7 @@ stage; everything else is the chart's actions.
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +16,11 @@ import attrs
 
 from interlock.connectors.data import Feed
 from interlock.connectors.hardware import Hardware
+from interlock.connectors.rundir import release_run_dir
 from interlock.connectors.signals import PreemptionFlag, Signals
 from interlock.core.config import TrainerConfig
 from interlock.core.run import Run, RunPlan
+from interlock.core.state import TrainerState
 from interlock.plugins.checkpoint_io import TorchCheckpointIO
 from interlock.plugins.environments import SLURMEnvironment
 from interlock.trainer.runtime import Runtime
@@ -36,16 +38,22 @@ def preemption_signals(environ: Mapping[str, str] | None = None) -> tuple[int, .
 
 @attrs.define
 class Session:
-    """Runs one stage for the trainer."""
+    """Runs one stage for the trainer.
+
+    ``run_dir`` is the trainer's run directory from an earlier stage (``""``: none yet);
+    ``restore_checks`` check a checkpoint's state for the directory a resumed fit continues
+    in (the listeners'). During fit the preemption signals and the first Ctrl-C save and stop.
+    """
 
     runtime: Runtime
     config: TrainerConfig
     hardware: Hardware
     root: Path
-    run_dir: Path
+    run_dir: str
     seed: int | None
     checkpoint_io: TorchCheckpointIO = attrs.field(factory=lambda: TorchCheckpointIO(background=True))
     preempt_signals: tuple[int, ...] = attrs.field(factory=preemption_signals)
+    restore_checks: tuple[Callable[[TrainerState, str], TrainerState], ...] = ()
 
     def run(self, stage: str, module: Any, loaders: Mapping[str, Iterable[Any] | None], ckpt_path: Any) -> Run:
         """Run ``stage`` of ``module`` over ``loaders`` through the chart; return the run (results, predictions)."""
@@ -53,7 +61,7 @@ class Session:
             stage=stage,
             config=self.config,
             loaders=dict(loaders),
-            run_dir=str(self.run_dir),
+            run_dir=self.run_dir,
             root=str(self.root),
             seed=self.seed if stage == "fit" else None,
             ckpt_path=ckpt_path,
@@ -63,10 +71,14 @@ class Session:
             hardware=self.hardware,
             module=module,
             feeds={key: Feed(loader) for key, loader in loaders.items() if loader is not None},
-            signals=Signals(PreemptionFlag(self.preempt_signals if stage == "fit" else ())),
+            signals=Signals(PreemptionFlag((*self.preempt_signals, int(signal.SIGINT)) if stage == "fit" else ())),
             checkpoint_io=self.checkpoint_io,
+            restore_checks=self.restore_checks,
         )
-        self.runtime.run(stage, run)
+        try:
+            self.runtime.run(stage, run)
+        finally:  # the chart's teardown releases it; this covers a teardown that failed before it could
+            release_run_dir(run)
         return run
 
     def fit(self, module: Any, train: Iterable[Any], val: Iterable[Any] | None, ckpt_path: Any) -> dict[str, float]:

@@ -7,7 +7,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from interlock.connectors.checkpoint import check_ckpt_path
 from interlock.connectors.hardware import resolve_hardware
+from interlock.connectors.rundir import next_run_dir
 from interlock.core.chart import Chart, load_chart
 from interlock.core.config import TrainerConfig
 from interlock.core.events import EventBus, Handler, Listener, Observer, order_listeners
@@ -99,6 +101,12 @@ class Trainer:
             gradient_clip_algorithm=gradient_clip_algorithm,
             fast_dev_run=fast_dev_run,
         )
+        if not isinstance(deterministic, bool):
+            raise ValueError(
+                f"Trainer(deterministic={deterministic!r}) is invalid: expected True (ask torch for deterministic "
+                "algorithms) or False"
+            )
+        listeners = _check_listeners(listeners)
         self.hardware = resolve_hardware(accelerator, devices, strategy, precision)
         if deterministic:
             import torch
@@ -124,7 +132,6 @@ class Trainer:
                 self.bus.on(pattern, handler, every=every, once=once, source=listener.key)
             for observer in listener.observers():
                 self.bus.observe(observer, source=listener.key)
-        self._run_dir: Path | None = None
 
     # -- events and state -------------------------------------------------------------
     def on(
@@ -144,17 +151,26 @@ class Trainer:
 
     @property
     def run_dir(self) -> Path:
-        """Where this trainer's outputs go: ``default_root_dir/runs/version_N``, or the resumed run's own."""
+        """Where this trainer's outputs go: ``default_root_dir/runs/version_N``, or the resumed run's own.
+
+        A stage claims the directory at set-up (a new ``version_N`` is created atomically, so two
+        trainers never share one); before the first stage this is the directory it would claim now.
+        """
         if self.runtime.state.run_dir:
             return Path(self.runtime.state.run_dir)
-        if self._run_dir is None:
-            runs = self.root / "runs"
-            taken = [int(p.name.split("_")[-1]) for p in runs.glob("version_*") if p.name.split("_")[-1].isdigit()]
-            self._run_dir = runs / f"version_{max(taken, default=-1) + 1}"
-        return self._run_dir
+        return next_run_dir(self.root)
 
     def _session(self) -> Session:
-        return Session(self.runtime, self.config, self.hardware, self.root, self.run_dir, self.seed)
+        checks = tuple(_restore_check(listener) for listener in self.listeners)
+        return Session(
+            self.runtime,
+            self.config,
+            self.hardware,
+            self.root,
+            self.runtime.state.run_dir,
+            self.seed,
+            restore_checks=checks,
+        )
 
     def _launch(self, module: Module, call: Callable[[Session], Any]) -> Any:
         """Run ``call`` through the strategy's launcher.
@@ -183,21 +199,31 @@ class Trainer:
         val_dataloaders: Iterable[Any] | None = None,
         ckpt_path: str | os.PathLike[str] | None = None,
     ) -> dict[str, float]:
-        """Train; return the latest metrics. ``ckpt_path`` (a file or ``"last"``) resumes exactly."""
+        """Train; return the latest metrics. ``ckpt_path`` (a file or ``"last"``) resumes exactly.
+
+        The run continues in the run directory the checkpoint file is in (``RUN/checkpoints/x.ckpt``:
+        ``RUN``); ``"last"`` is this trainer's run's ``last.ckpt``, or the newest run's under
+        ``default_root_dir``. A second ``fit`` of the same trainer continues its state with the
+        next epoch (nothing to train when its limits are reached: raise ``max_epochs``).
+        """
+        check_ckpt_path(ckpt_path, "fit")
         return self._launch(  # type: ignore[no-any-return]
             module, lambda s: s.fit(module, train_dataloaders, val_dataloaders, ckpt_path)
         )
 
     def validate(self, module: Module, dataloaders: Iterable[Any], ckpt_path: Any = None) -> dict[str, float]:
         """Run the validation loop once; return its metrics."""
+        check_ckpt_path(ckpt_path, "validate")
         return self._launch(module, lambda s: s.evaluate("validate", module, dataloaders, ckpt_path))  # type: ignore[no-any-return]
 
     def test(self, module: Module, dataloaders: Iterable[Any], ckpt_path: Any = None) -> dict[str, float]:
         """Run the test loop once; return its metrics."""
+        check_ckpt_path(ckpt_path, "test")
         return self._launch(module, lambda s: s.evaluate("test", module, dataloaders, ckpt_path))  # type: ignore[no-any-return]
 
     def predict(self, module: Module, dataloaders: Iterable[Any], ckpt_path: Any = None) -> list[Any]:
         """Run the predict loop; return what ``predict_step`` returned for each batch."""
+        check_ckpt_path(ckpt_path, "predict")
         return self._launch(module, lambda s: s.evaluate("predict", module, dataloaders, ckpt_path))  # type: ignore[no-any-return]
 
     # -- debugging --------------------------------------------------------------------
@@ -214,3 +240,38 @@ class Trainer:
 
     def __repr__(self) -> str:
         return f"Trainer({self.hardware.describe()}, at={self.runtime.at!r})"
+
+
+def _check_listeners(listeners: Any) -> Sequence[Listener] | None:
+    """``listeners`` as given, or a ``TypeError`` naming what is not a list of Listener objects."""
+    if listeners is None:
+        return None
+    if isinstance(listeners, str | bytes | Mapping) or not isinstance(listeners, Iterable):
+        raise TypeError(
+            f"Trainer(listeners={listeners!r:.80}) is invalid: expected a list of Listener objects "
+            "(such as [ModelCheckpoint(save_last=True)]), None for the defaults, or [] for none"
+        )
+    items = list(listeners)
+    for i, item in enumerate(items):
+        if not isinstance(item, Listener):
+            raise TypeError(
+                f"Trainer(listeners=...) item {i} is {item!r:.80}, not a Listener: pass instances of "
+                "interlock.Listener subclasses (ModelCheckpoint(), CSVLogger(), ... or your own), not classes or "
+                "other objects"
+            )
+    return items
+
+
+def _restore_check(listener: Listener) -> Callable[[TrainerState, str], TrainerState]:
+    """``listener.check_restored`` applied to its part of a checkpoint's state."""
+
+    def check(state: TrainerState, run_dir: str) -> TrainerState:
+        stored = state.listeners.get(listener.key)
+        if stored is None:
+            return state
+        checked = listener.check_restored(stored, run_dir)
+        if checked is stored:
+            return state
+        return state.replace(listeners={**state.listeners, listener.key: checked})
+
+    return check

@@ -104,13 +104,22 @@ def _trace_file(path: str | os.PathLike[str]) -> Path:
     return path
 
 
+def _not_a_trace(file: Path, lineno: int, why: str) -> str:
+    return (
+        f"{file} is not an interlock trace: line {lineno}: {why}. Pass a run directory or the "
+        f"{TRACE_FILE} the EventTrace listener wrote there"
+    )
+
+
 def _parse(line: str, file: Path, lineno: int) -> dict[str, Any]:
     record = json.loads(line)
     if not isinstance(record, dict):
-        raise TraceError(f"{file}:{lineno}: expected a JSON object per line, got {type(record).__name__}")
+        why = f"expected a JSON object per line, got {type(record).__name__}"
+        raise TraceError(_not_a_trace(file, lineno, why))
     missing = [k for k in _REQUIRED if not isinstance(record.get(k), str)]
     if missing:
-        raise TraceError(f"{file}:{lineno}: event record lacks string field(s) {missing}: {line.strip()[:200]}")
+        why = f"event record lacks string field(s) {missing}: {line.strip()[:200]}"
+        raise TraceError(_not_a_trace(file, lineno, why))
     return record
 
 
@@ -125,6 +134,7 @@ def read_trace(path: str | os.PathLike[str], chart: Chart | None = None) -> Trac
     file = _trace_file(path)
     the_chart = chart if chart is not None else load_chart()
     finals = the_chart.final_states
+    known = set(the_chart.leaves)
     visits: Counter[str] = Counter()
     transitions: Counter[tuple[str, str, str]] = Counter()
     first = last = error = failed_in = prev_trigger = interrupted_in = interrupted_by = None
@@ -140,10 +150,22 @@ def read_trace(path: str | os.PathLike[str], chart: Chart | None = None) -> Trac
             try:
                 record = _parse(line, file, lineno)
             except json.JSONDecodeError as exc:
+                if not line.lstrip().startswith("{"):  # not even the start of an event record
+                    raise TraceError(_not_a_trace(file, lineno, f"it is not valid JSON ({exc.msg})")) from None
                 pending = (lineno, f"{file}:{lineno}: not valid JSON ({exc.msg})")
                 continue
             events += 1
             source, trigger, dest = record["source"], record["trigger"], record["event"]
+            for name in (source, dest):
+                if name not in known:
+                    raise TraceError(
+                        _not_a_trace(
+                            file,
+                            lineno,
+                            f"it names the state {name!r}, which chart {the_chart.source} does not have "
+                            "(a trace of another chart? pass that chart with --chart)",
+                        )
+                    )
             if first is None:
                 first = source
                 visits[source] += 1
