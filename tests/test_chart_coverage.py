@@ -98,6 +98,8 @@ def test_every_chart_transition_is_exercised(tmp_path: Any) -> None:
         taken |= run(lambda t: None, stage, tmp=tmp_path, _other=stream)
     taken |= run(lambda t: None, tmp=tmp_path, _train=stream)  # exhausted at fetch -> validate
     taken |= run(lambda t: None, tmp=tmp_path, _train=stream, check_val_every_n_epoch=None, val_check_interval=100)
+    taken |= run(lambda t: None, tmp=tmp_path, max_epochs=0)  # sanity check, then no training
+    taken |= run(lambda t: None, tmp=tmp_path, max_epochs=0, num_sanity_val_steps=0)  # nothing at all
     # a preemption signal at a training batch end, a validation batch and an epoch end saves and stops there
     for when in ("fit.train.batch.end", "fit.train.val.batch.step", "fit.train.epoch_end"):
         taken |= run(lambda t, when=when: t.on(when, sigterm, once=True), tmp=tmp_path)

@@ -351,3 +351,21 @@ def test_fit_without_val_data_needs_no_validation_step(trainer_factory: Any) -> 
     trainer.fit(TrainOnly(), loader())
     with pytest.raises(NotImplementedError, match="validation_step"):
         trainer.fit(TrainOnly(), loader(), loader())
+
+
+@pytest.mark.parametrize(
+    "flags", [{"max_epochs": 0}, {"max_steps": 0}, {"limit_train_batches": 0}, {"limit_train_batches": 0.01}]
+)
+def test_a_fit_with_nothing_to_train_trains_nothing(trainer_factory: Any, flags: dict[str, Any]) -> None:
+    """max_epochs=0, max_steps=0 or a batch limit of 0 skips training (Lightning's meaning), after the sanity check."""
+    torch.manual_seed(0)
+    module = TinyModule()
+    before = copy.deepcopy(module.state_dict())
+    trainer = trainer_factory(num_sanity_val_steps=1, **flags)
+    seen: list[str] = []
+    trainer.on("*", lambda e: seen.append(e.name))
+    trainer.fit(module, loader(64, 16), loader(32, 16))
+    assert all(torch.equal(a, b) for a, b in zip(before.values(), module.state_dict().values(), strict=True))
+    assert trainer.state.global_step == 0 and trainer.state.status == "finished"
+    assert "fit.sanity.end" in seen and not any(n.startswith("fit.train.") for n in seen)
+    assert seen[seen.index("fit.sanity.end") + 1] == "fit.end"

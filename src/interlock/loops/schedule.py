@@ -136,6 +136,16 @@ def register(reg: Registry) -> None:
         """After validation: the epoch's data ran out or its limit is reached, or the fit is stopping."""
         return lambda: run.feeds["train"].exhausted or _epoch_over(run) or _stopping(run)
 
+    @reg.guard("limits.nothing_to_train")
+    def nothing_to_train(run: Run, params: Mapping[str, Any]) -> Guard:
+        """max_epochs=0, max_steps=0 or a training batch limit of 0: the fit trains nothing (as in Lightning)."""
+
+        def nothing() -> bool:
+            cfg, feed = run.config, run.feeds.get("train")
+            return cfg.epochs == 0 or cfg.max_steps == 0 or (feed is not None and feed.limit == 0)
+
+        return nothing
+
     @reg.guard("limits.fit_done")
     def fit_done(run: Run, params: Mapping[str, Any]) -> Guard:
         """A stop was agreed, max_steps is reached, or this was the last epoch (max_epochs)."""
