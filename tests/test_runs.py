@@ -373,6 +373,23 @@ def test_a_dead_writers_forked_children_do_not_keep_its_run_locked(tmp_path: Pat
         os.kill(child, signal.SIGKILL)
 
 
+def test_a_run_directory_deleted_while_training_is_not_silently_recreated(tmp_path: Path) -> None:
+    """Deleting the run directory mid-fit fails the next save with an error naming it; nothing recreates the run."""
+    trainer = interlock.Trainer(
+        max_epochs=2, listeners=[ModelCheckpoint(save_last=True, every_n_train_steps=2)], default_root_dir=tmp_path
+    )
+
+    def delete(event: Any, state: interlock.TrainerState) -> None:
+        shutil.rmtree(state.run_dir)
+
+    trainer.on("fit.train.batch.end", delete, once=3)
+    with pytest.raises(OSError, match="was deleted or replaced while this run was writing it") as info:
+        trainer.fit(TinyModule(), loader())
+    assert "version_0" in str(info.value)
+    assert not (tmp_path / "runs" / "version_0" / "checkpoints").exists()
+    assert trainer.state.status == "failed"
+
+
 # ------------------------------------------------------------------ 3. what "last" is, and saying what is resumed
 
 

@@ -21,6 +21,7 @@ attempts that were not safe; exits non-zero unless L = H = E = 0.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import pickle
@@ -75,10 +76,11 @@ class Attempt:
     script: str
     expect: str = ""  # a phrase a clear error contains (checked case-insensitively)
     timeout: float = 60.0
-    prepare: Callable[[Path], None] | None = None
+    prepare: Callable[[Path], object] | None = None
     survives: Callable[[Path], str | None] | None = None  # None when nothing was lost, else what
     quick: bool = False
     must_fail: bool = False  # bad input: finishing without an error is accepting it silently
+    cleanup: Callable[[Path], object] | None = None  # undo what ``prepare`` set up outside the files (a mount)
 
 
 @attrs.frozen
@@ -99,29 +101,46 @@ def _last_error(text: str) -> str:
 
 def run_attempt(att: Attempt, base: Path) -> Outcome:
     """Run one attempt in a fresh directory; classify what happened."""
-    work = base / f"{att.kind}-{att.name}".replace(" ", "_")
+    name = f"{att.kind}-{att.name}".replace(" ", "_")
+    work = base / name
+    n = 1
+    while work.exists():
+        n += 1
+        work = base / f"{name}-{n}"
     work.mkdir(parents=True)
     if att.prepare is not None:
         try:
             att.prepare(work)
         except Exception as exc:  # the tool could not build this fault: say so, count it as not tried safely
             return Outcome(att.name, "unclear error", f"could not prepare the attempt: {type(exc).__name__}: {exc}")
+    try:
+        return _judge(att, work)
+    finally:
+        if att.cleanup is not None:
+            att.cleanup(work)
+
+
+def _judge(att: Attempt, work: Path) -> Outcome:
     script = work / "attempt.py"
     script.write_text(PRELUDE + textwrap.dedent(att.script))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]))
     env.setdefault("OMP_NUM_THREADS", "1")
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(work)],
+        cwd=work,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,  # its own process group: a hang is ended with everything it started
+    )
     try:
-        proc = subprocess.run(
-            [sys.executable, str(script), str(work)],
-            cwd=work,
-            capture_output=True,
-            text=True,
-            timeout=att.timeout,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
+        stdout, stderr = proc.communicate(timeout=att.timeout)
     except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
         return Outcome(att.name, "hang", f"still running after {att.timeout:.0f} s")
     if (work / "pwned").exists():
         return Outcome(att.name, "code executed", "the hostile file's marker appeared")
@@ -129,7 +148,7 @@ def run_attempt(att: Attempt, base: Path) -> Outcome:
         lost = att.survives(work)
         if lost:
             return Outcome(att.name, "data loss", lost)
-    output = proc.stdout + proc.stderr
+    output = stdout + stderr
     if proc.returncode == 0 and att.must_fail:
         return Outcome(att.name, "unclear error", "accepted silently: the run finished without an error")
     if proc.returncode != 0:
@@ -207,7 +226,7 @@ def _checkpoint_attempts() -> list[Attempt]:
     )
     out: list[Attempt] = []
 
-    def both(name: str, file: str, prepare: Callable[[Path], None], expect: str, quick: bool = False) -> None:
+    def both(name: str, file: str, prepare: Callable[[Path], object], expect: str, quick: bool = False) -> None:
         for verb, script in (("inspect", inspect), ("resume", resume)):
             attempt = Attempt("checkpoints", f"{verb} {name}", script.format(name=file), expect, 60, prepare)
             out.append(attrs.evolve(attempt, quick=quick and verb == "inspect", must_fail=True))
@@ -336,9 +355,16 @@ def _kill_attempts(count: int) -> list[Attempt]:
 
 
 def _runs_attempts() -> list[Attempt]:
-    def readonly(w: Path) -> None:
-        (w / "runs").mkdir()
-        (w / "runs").chmod(0o555)
+    def readonly(w: Path) -> None:  # root ignores file modes: a read-only tmpfs then
+        if os.geteuid() == 0:
+            if (
+                not _mount_tmpfs(w / "ro", "1m")
+                or subprocess.run(["mount", "-o", "remount,ro", str(w / "ro")], check=False).returncode
+            ):
+                raise RuntimeError("needs tmpfs (mount -t tmpfs) to build a read-only directory as root")
+            return
+        (w / "ro").mkdir()
+        (w / "ro").chmod(0o555)
 
     two = """
     import multiprocessing as mp
@@ -358,24 +384,333 @@ def _runs_attempts() -> list[Attempt]:
         Attempt(
             "runs",
             "read-only root",
-            "interlock.Trainer(max_epochs=1, default_root_dir=sys.argv[1]).fit(Tiny(), data())\n",
-            "runs",
+            "interlock.Trainer(max_epochs=1, default_root_dir=sys.argv[1] + '/ro').fit(Tiny(), data())\n",
+            "read-only",
             60,
-            readonly if os.geteuid() != 0 else None,
+            readonly,
+            must_fail=True,
+            cleanup=lambda w: _umount(w / "ro"),
         ),
         Attempt("runs", "two trainers on one root", two, "", 120, survives=both_kept, quick=True),
     ]
 
 
+#: A module whose checkpoint is large enough (about 16 MB) that a save takes long enough to be killed inside.
+BIG = """
+class Big(Tiny):
+    def __init__(self):
+        super().__init__()
+        self.ballast = torch.nn.Parameter(torch.zeros(4_000_000), requires_grad=False)
+"""
+
+
+def _temps(work: Path) -> list[Path]:
+    return [p for p in work.rglob("*.tmp") if p.name.startswith(".")]
+
+
+def _midsave_attempts(count: int) -> list[Attempt]:
+    """SIGKILL a training process while a checkpoint write is in progress (its temporary file exists)."""
+    rng = random.Random(11)
+    child = (
+        BIG
+        + """
+trainer = interlock.Trainer(max_epochs=3, listeners=[ModelCheckpoint(save_last=True, every_n_train_steps=3)],
+                            default_root_dir=sys.argv[1])
+trainer.fit(Big(), data(256))
+"""
+    )
+    out = []
+    for i in range(count):
+        skip = i % 3  # which save to kill: the first one (no previous last.ckpt) or a later one
+        delay = rng.uniform(0.0, 0.03)  # into the write: payload, hash or fsync
+        script = (
+            BIG
+            + f"""
+import subprocess, time, pathlib
+root = pathlib.Path(sys.argv[1])
+child = subprocess.Popen([sys.executable, str(root / "child.py"), str(root / "run")])
+seen, hit, t0 = set(), False, time.monotonic()
+while child.poll() is None and time.monotonic() - t0 < 60:
+    temps = {{p.name for p in root.rglob(".*.tmp")}}
+    if temps - seen:
+        seen |= temps
+        if len(seen) > {skip}:
+            time.sleep({delay:.4f})
+            child.kill()
+            hit = True
+            break
+    time.sleep(0.0005)
+child.kill()
+child.wait()
+left = [str(p) for p in root.rglob(".*.tmp")]
+(root / "hit").write_text(str(len(left) if hit else 0))
+last = sorted(root.rglob("last.ckpt"))
+if last:
+    trainer = interlock.Trainer(max_epochs=3, listeners=[ModelCheckpoint(save_last=True, every_n_train_steps=3)],
+                                default_root_dir=str(root / "run"))
+    trainer.fit(Big(), data(256), ckpt_path=str(last[0]))
+"""
+        )
+
+        def intact(w: Path) -> str | None:
+            lost = _loadable(w)
+            if lost:
+                return lost
+            left = [str(p.relative_to(w)) for p in _temps(w)]
+            resumed = list(w.rglob("last.ckpt"))
+            if left and resumed:
+                return f"temporary files left after the resume: {left}"
+            hit = (w / "hit").read_text() if (w / "hit").exists() else "0"
+            print(f"  ({w.name}: temporary files the kill left mid-save: {hit})", file=sys.stderr)
+            return None
+
+        out.append(
+            Attempt(
+                "midsave",
+                f"sigkill in save {skip + 1} after {delay * 1000:.0f} ms",
+                script,
+                "",
+                240,
+                lambda w: (w / "child.py").write_text(PRELUDE + child),
+                intact,
+                quick=i == 1,
+            )
+        )
+    return out
+
+
+DDP_FIT = """
+import pathlib, time
+class Slow(Tiny):
+    def training_step(self, batch, i):
+        time.sleep(0.01)
+        return super().training_step(batch, i)
+root = sys.argv[1]
+pathlib.Path(root).mkdir(parents=True, exist_ok=True)
+pathlib.Path(root, f"rank{os.environ['RANK']}.pid").write_text(str(os.getpid()))
+trainer = interlock.Trainer(strategy="ddp", devices=2, max_epochs=2, seed=0, default_root_dir=root,
+                            listeners=[ModelCheckpoint(save_last=True, every_n_train_steps=4)])
+try:
+    trainer.fit(Slow(), data(1024), ckpt_path=sys.argv[2] if len(sys.argv) > 2 else None)
+except interlock.Preempted as exc:
+    sys.exit(128 + exc.signum)
+"""
+
+
+def _ddp_attempts() -> list[Attempt]:
+    """Two-rank DDP (torchrun, gloo on CPU): a signal to one rank only; bounded exit, loadable checkpoint, resume."""
+    cases = [("SIGTERM", 1, False), ("SIGTERM", 0, False), ("SIGKILL", 1, False), ("SIGUSR1", 1, True)]
+    out = []
+    for name, rank, slurm in cases:
+        script = f"""
+import json, pathlib, signal, socket, subprocess, time
+root = pathlib.Path(sys.argv[1])
+
+def torchrun(*args):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, **({{"SLURM_NTASKS": "2", "SLURM_JOB_NAME": "batch"}} if {slurm} else {{}}))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", f"--master-port={{port}}",
+           str(root / "ddp_fit.py"), str(root / "out"), *args]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+job, t0 = torchrun(), time.monotonic()
+while not list(root.rglob("last.ckpt")) and job.poll() is None and time.monotonic() - t0 < 120:
+    time.sleep(0.02)
+pid = int((root / "out" / "rank{rank}.pid").read_text())
+os.kill(pid, signal.{name})
+sent = time.monotonic()
+try:
+    log = job.communicate(timeout=90)[0]
+except subprocess.TimeoutExpired:
+    job.kill()
+    sys.exit("the job did not exit within 90 s of the signal")
+report = {{"rc": job.returncode, "exit_s": round(time.monotonic() - sent, 1)}}
+resume = torchrun("last")
+report["resume_log"] = resume.communicate(timeout=150)[0][-2000:]
+report["resume_rc"] = resume.returncode
+(root / "report.json").write_text(json.dumps(report))
+print(report["rc"], report["exit_s"], report["resume_rc"])
+"""
+
+        def judged(w: Path, slurm: bool = slurm, name: str = name) -> str | None:
+            lost = _loadable(w)
+            if lost:
+                return lost
+            report = json.loads((w / "report.json").read_text()) if (w / "report.json").exists() else None
+            if report is None:
+                return None  # the script failed before: judged by its error
+            if report["rc"] == 0 and name != "SIGUSR1":
+                return f"the job exited 0 after {name} to one rank"
+            if report["resume_rc"] != 0:
+                return f"resuming with ckpt_path='last' failed (exit {report['resume_rc']}): {report['resume_log']}"
+            return None
+
+        out.append(
+            Attempt(
+                "ranks",
+                f"{name} to rank {rank} of 2" + (" under SLURM" if slurm else ""),
+                script,
+                "",
+                400,
+                lambda w: (w / "ddp_fit.py").write_text(PRELUDE + DDP_FIT),
+                judged,
+                quick=False,
+            )
+        )
+    return out
+
+
+def _mount_tmpfs(where: Path, size: str) -> bool:
+    """Mount a small tmpfs at ``where`` (root only); False where mounting is not possible here."""
+    where.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        return False
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True, check=False
+    )
+    return done.returncode == 0
+
+
+def _umount(where: Path) -> None:
+    if os.path.ismount(where):
+        subprocess.run(["umount", "-l", str(where)], capture_output=True, check=False)
+
+
+#: Trains with a checkpoint every 2 steps; ``FILL`` (a hook) runs once the first last.ckpt is in place.
+FILLED = (
+    BIG
+    + """
+import pathlib, resource, signal
+root = pathlib.Path(sys.argv[1]) / "disk"
+if not os.path.ismount(root):  # no tmpfs here: a file-size limit makes writes fail instead (EFBIG)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (20_000_000, 20_000_000))
+done = []
+def fill(event, state):
+    last = list(root.rglob("last.ckpt"))
+    if last and not done:
+        done.append(FILL(root, last[0]))
+trainer = interlock.Trainer(max_epochs=3, listeners=[ModelCheckpoint(save_last=True, every_n_train_steps=2)],
+                            default_root_dir=str(root))
+trainer.on("fit.train.batch.end", fill)
+trainer.fit(Big(), data(256))
+"""
+)
+
+
+def _storage_attempts() -> list[Attempt]:
+    """Disk full, a run directory made read-only or deleted while training."""
+
+    def full(root: Path, last: Path) -> None:  # fill what is left of the disk
+        with open(root / "filler", "wb") as f, contextlib.suppress(OSError):
+            while True:
+                f.write(b"\\0" * 65536)
+                f.flush()
+
+    def readonly(root: Path, last: Path) -> None:
+        import subprocess
+
+        run = last.parent.parent
+        subprocess.run(["mount", "--bind", str(run), str(run)], check=True)
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(run)], check=True)
+
+    def deleted(root: Path, last: Path) -> None:
+        import shutil
+
+        shutil.rmtree(last.parent.parent)
+
+    def kept(w: Path) -> str | None:
+        """The last.ckpt written before the fault still loads and no temporary file is left (unless deleted)."""
+        lost = _loadable(w)
+        if lost:
+            return lost
+        if (w / "deleted").exists():
+            return None
+        if (w / "readonly").exists():  # a save in flight when the directory turned read-only cannot remove its
+            return None  # temporary file there; the next writer's first save sweeps it
+        if not list(w.rglob("last.ckpt")):
+            return "no last.ckpt is left"
+        left = [str(p.relative_to(w)) for p in _temps(w)] + [str(p.relative_to(w)) for p in w.rglob("*.csv.tmp")]
+        return f"temporary files left: {left}" if left else None
+
+    def prepare(fill: Any, size: str, mount: bool) -> Callable[[Path], None]:
+        def go(w: Path) -> None:
+            if mount and not _mount_tmpfs(w / "disk", size):
+                raise RuntimeError("needs root and tmpfs (mount -t tmpfs) to build this fault")
+            (w / "disk").mkdir(exist_ok=True)
+            (w / "fill.py").write_text(textwrap.dedent(inspect_source(fill)))
+
+        return go
+
+    cases = [
+        ("disk full", full, "60m", True, "space", True),
+        ("run directory made read-only", readonly, "200m", True, "read-only", False),
+        ("run directory deleted", deleted, "200m", False, "deleted", False),
+    ]
+    out = []
+    for name, fill, size, mount, expect, quick in cases:
+        script = f"from pathlib import Path\nexec(open(sys.argv[1] + '/fill.py').read())\nFILL = {fill.__name__}\n"
+        if fill is not full:
+            script += f"open(sys.argv[1] + '/{fill.__name__}', 'w').close()\n"
+        out.append(
+            Attempt(
+                "storage",
+                name,
+                script + FILLED,
+                expect,
+                180,
+                prepare(fill, size, mount),
+                kept,
+                quick=quick,
+                must_fail=True,
+                cleanup=_unmount_disk,
+            )
+        )
+    return out
+
+
+def _unmount_disk(work: Path) -> None:
+    _umount_all(work)
+    _umount(work / "disk")
+
+
+def _umount_all(work: Path) -> None:
+    """Undo bind mounts an attempt made under ``work`` (deepest first)."""
+    with open("/proc/self/mounts") as f:
+        points = [line.split()[1] for line in f]
+    for point in sorted((p for p in points if p.startswith(str(work / "disk") + "/")), key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+
+
+def inspect_source(fn: Callable[..., Any]) -> str:
+    import inspect
+
+    return inspect.getsource(fn)
+
+
 def attempts(quick: bool) -> list[Attempt]:
-    every = [*_checkpoint_attempts(), *_flag_attempts(), *_runs_attempts(), *_kill_attempts(6)]
+    every = [
+        *_checkpoint_attempts(),
+        *_flag_attempts(),
+        *_runs_attempts(),
+        *_kill_attempts(6),
+        *_midsave_attempts(6),
+        *_storage_attempts(),
+        *_ddp_attempts(),
+    ]
     return [a for a in every if a.quick] if quick else every
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="the short set (one attempt of most classes)")
-    p.add_argument("--only", default="", help="classes to run, comma-separated (checkpoints, flags, runs, kills)")
+    p.add_argument(
+        "--only",
+        default="",
+        help="classes to run, comma-separated (checkpoints, flags, runs, kills, midsave, storage, ranks)",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     args = p.parse_args(argv)
     chosen = [a for a in attempts(args.quick) if not args.only or a.kind in args.only.split(",")]

@@ -47,8 +47,9 @@ exit status:
   1       the run failed (the traceback is printed)
   2       bad command line or config: unknown key, wrong type, bad Trainer flag
           value, unreadable checkpoint, chart or trace
-  128+N   fit was preempted by signal N (143 for SIGTERM); a checkpoint was saved
-          to RUN_DIR/checkpoints/last.ckpt first. Resume with the same command
+  128+N   fit was preempted by signal N (143 for SIGTERM, 138 for SIGUSR1 under
+          SLURM); a checkpoint was saved to RUN_DIR/checkpoints/last.ckpt
+          first. Resume with the same command
           plus `--ckpt_path last`: interlock fit ... --ckpt_path last
   130     interrupted with Ctrl-C
   141     stdout was closed early (e.g. `interlock inspect CKPT | head`)"""

@@ -29,7 +29,7 @@ from interlock.connectors.metrics import scalars
 from interlock.connectors.optim import Scheduler
 from interlock.connectors.resume_check import check_optimizers, check_precision, check_rng, check_schedulers
 from interlock.connectors.rng import RestoreRNG, get_rng_states
-from interlock.connectors.rundir import RESUMED_KEY, continued_run_dir
+from interlock.connectors.rundir import RESUMED_KEY, check_run_dir, continued_run_dir
 from interlock.core.config import TrainerConfig
 from interlock.core.errors import CheckpointError, Interrupted, Preempted
 from interlock.core.registry import Action, Registry
@@ -310,6 +310,7 @@ def _write(run: Run, path: str) -> None:
         strategy,
     )
     if strategy.is_global_zero:
+        check_run_dir(run)  # a deleted run directory is not silently recreated by the save
         run.checkpoint_io.save_checkpoint(payload, path)
     strategy.barrier()
 

@@ -13,6 +13,7 @@ inherited copy at once, so it cannot keep the lock alive after its parent is gon
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import socket
@@ -21,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from interlock.core.errors import RunDirectoryInUse
+from interlock.core.errors import OutputError, RunDirectoryInUse
 from interlock.core.registry import Action, Registry
 from interlock.core.run import Run
 from interlock.core.updates import SetRunInfo
@@ -34,6 +35,7 @@ except ImportError:  # pragma: no cover - Windows: directories are still claimed
 __all__ = [
     "LOCK_FILE",
     "RunLock",
+    "check_run_dir",
     "claim_run_dir",
     "continued_run_dir",
     "next_run_dir",
@@ -154,6 +156,28 @@ class RunLock:
     def held(self) -> bool:
         return self._fd is not None
 
+    def check(self) -> None:
+        """Raise :class:`OutputError` when the locked directory was deleted or replaced since it was locked.
+
+        The held lock file must still be the one at :attr:`path` (same device and inode): a deleted
+        run directory takes its lock file with it, and writing on would silently recreate a partial
+        run that no lock protects.
+        """
+        if self._fd is None:
+            return
+        try:
+            held, there = os.fstat(self._fd), os.stat(self.path)
+            intact = (held.st_dev, held.st_ino) == (there.st_dev, there.st_ino)
+        except OSError:
+            intact = False
+        if not intact:
+            raise OutputError(
+                f"run directory {self.path.parent} was deleted or replaced while this run was writing it "
+                f"(its lock file {self.path} is gone); nothing more is written there. Resume the last "
+                "checkpoint you still have in a new root, or restore the directory and resume from it",
+                errno.ENOENT,
+            )
+
     def release(self) -> None:
         """Give the lock up (idempotent)."""
         fd, self._fd = self._fd, None
@@ -181,6 +205,13 @@ def _in_use(run_dir: Path, holder: str, resumed_from: str) -> str:
         f"run directory {run_dir} is in use: {holder} is writing it (it holds {run_dir / LOCK_FILE}). "
         f"Two processes must not write one run. Wait for that process to end. {fork}."
     )
+
+
+def check_run_dir(run: Run) -> None:
+    """Raise :class:`OutputError` if the run directory this stage locked was deleted or replaced meanwhile."""
+    lock = run.extras.get(LOCK_KEY)
+    if lock is not None:
+        lock.check()
 
 
 def release_run_dir(run: Run) -> None:
