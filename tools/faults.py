@@ -16,6 +16,16 @@ Every attempt runs in a fresh process with a time limit and is judged from outsi
 
 Prints ``tried N, safe S, data loss L, hang H, code executed E, unclear error U`` and the
 attempts that were not safe; exits non-zero unless L = H = E = 0.
+
+Classes (``--only``): ``checkpoints`` (hostile, corrupted, truncated files, pickle bombs, deep
+nesting, FIFOs; through ``inspect`` and resume), ``flags``, ``runs`` (a read-only root, two
+trainers on one root), ``kills`` (SIGKILL at random moments, then resume), ``midsave`` (SIGKILL
+while a checkpoint's temporary file exists), ``storage`` (disk full, the run directory remounted
+read-only or deleted while training), ``ranks`` (SIGTERM, SIGKILL or SIGUSR1 under SLURM to one
+rank of a 2-rank ``torchrun`` DDP job on CPU/gloo, then ``--ckpt_path last``). A full disk and
+read-only directories need root and ``mount -t tmpfs`` (a full disk falls back to RLIMIT_FSIZE);
+an attempt this machine cannot build is listed as skipped and not counted. ``--quick`` runs one
+attempt of most classes (not ``ranks``, which takes about half a minute per attempt).
 """
 
 from __future__ import annotations
@@ -83,6 +93,10 @@ class Attempt:
     cleanup: Callable[[Path], object] | None = None  # undo what ``prepare`` set up outside the files (a mount)
 
 
+class CannotBuild(Exception):
+    """Raised by an attempt's ``prepare`` when this machine cannot make that fault (the attempt is skipped)."""
+
+
 @attrs.frozen
 class Outcome:
     attempt: str
@@ -111,6 +125,8 @@ def run_attempt(att: Attempt, base: Path) -> Outcome:
     if att.prepare is not None:
         try:
             att.prepare(work)
+        except CannotBuild as exc:  # this machine cannot make the fault (no root, no tmpfs): not tried
+            return Outcome(att.name, "skipped", str(exc))
         except Exception as exc:  # the tool could not build this fault: say so, count it as not tried safely
             return Outcome(att.name, "unclear error", f"could not prepare the attempt: {type(exc).__name__}: {exc}")
     try:
@@ -361,7 +377,7 @@ def _runs_attempts() -> list[Attempt]:
                 not _mount_tmpfs(w / "ro", "1m")
                 or subprocess.run(["mount", "-o", "remount,ro", str(w / "ro")], check=False).returncode
             ):
-                raise RuntimeError("needs tmpfs (mount -t tmpfs) to build a read-only directory as root")
+                raise CannotBuild("needs tmpfs (mount -t tmpfs) to build a read-only directory as root")
             return
         (w / "ro").mkdir()
         (w / "ro").chmod(0o555)
@@ -414,9 +430,9 @@ def _midsave_attempts(count: int) -> list[Attempt]:
     child = (
         BIG
         + """
-trainer = interlock.Trainer(max_epochs=3, listeners=[ModelCheckpoint(save_last=True, every_n_train_steps=3)],
+trainer = interlock.Trainer(max_epochs=2, listeners=[ModelCheckpoint(save_last=True, every_n_train_steps=3)],
                             default_root_dir=sys.argv[1])
-trainer.fit(Big(), data(256))
+trainer.fit(Big(), data(96))
 """
     )
     out = []
@@ -446,9 +462,9 @@ left = [str(p) for p in root.rglob(".*.tmp")]
 (root / "hit").write_text(str(len(left) if hit else 0))
 last = sorted(root.rglob("last.ckpt"))
 if last:
-    trainer = interlock.Trainer(max_epochs=3, listeners=[ModelCheckpoint(save_last=True, every_n_train_steps=3)],
+    trainer = interlock.Trainer(max_epochs=2, listeners=[ModelCheckpoint(save_last=True, every_n_train_steps=3)],
                                 default_root_dir=str(root / "run"))
-    trainer.fit(Big(), data(256), ckpt_path=str(last[0]))
+    trainer.fit(Big(), data(96), ckpt_path=str(last[0]))
 """
         )
 
@@ -582,11 +598,8 @@ def _umount(where: Path) -> None:
 FILLED = (
     BIG
     + """
-import pathlib, resource, signal
+import contextlib, pathlib
 root = pathlib.Path(sys.argv[1]) / "disk"
-if not os.path.ismount(root):  # no tmpfs here: a file-size limit makes writes fail instead (EFBIG)
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (20_000_000, 20_000_000))
 done = []
 def fill(event, state):
     last = list(root.rglob("last.ckpt"))
@@ -604,9 +617,17 @@ def _storage_attempts() -> list[Attempt]:
     """Disk full, a run directory made read-only or deleted while training."""
 
     def full(root: Path, last: Path) -> None:  # fill what is left of the disk
+        import os
+        import resource
+        import signal
+
+        if not os.path.ismount(root):  # no tmpfs here: a file-size limit makes the next save fail (EFBIG)
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+            return
         with open(root / "filler", "wb") as f, contextlib.suppress(OSError):
             while True:
-                f.write(b"\\0" * 65536)
+                f.write(bytes(65536))
                 f.flush()
 
     def readonly(root: Path, last: Path) -> None:
@@ -637,15 +658,15 @@ def _storage_attempts() -> list[Attempt]:
 
     def prepare(fill: Any, size: str, mount: bool) -> Callable[[Path], None]:
         def go(w: Path) -> None:
-            if mount and not _mount_tmpfs(w / "disk", size):
-                raise RuntimeError("needs root and tmpfs (mount -t tmpfs) to build this fault")
+            if mount and not _mount_tmpfs(w / "disk", size) and fill is not full:  # a full disk: RLIMIT_FSIZE
+                raise CannotBuild("needs root and tmpfs (mount -t tmpfs, mount --bind) to build this fault")
             (w / "disk").mkdir(exist_ok=True)
             (w / "fill.py").write_text(textwrap.dedent(inspect_source(fill)))
 
         return go
 
     cases = [
-        ("disk full", full, "60m", True, "space", True),
+        ("disk full", full, "60m", True, "cannot write checkpoint", True),
         ("run directory made read-only", readonly, "200m", True, "read-only", False),
         ("run directory deleted", deleted, "200m", False, "deleted", False),
     ]
@@ -715,11 +736,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     chosen = [a for a in attempts(args.quick) if not args.only or a.kind in args.only.split(",")]
     outcomes: list[Outcome] = []
+    skipped: list[Outcome] = []
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="interlock-faults-") as tmp:
         for i, att in enumerate(chosen, 1):
             outcome = run_attempt(att, Path(tmp))
-            outcomes.append(outcome)
+            (skipped if outcome.verdict == "skipped" else outcomes).append(outcome)
             print(f"[{i}/{len(chosen)}] {att.kind}: {att.name}: {outcome.verdict}", file=sys.stderr)
     counts = {
         v: sum(o.verdict == v for o in outcomes)
@@ -738,6 +760,7 @@ def main(argv: list[str] | None = None) -> int:
                     **counts,
                     "tried": len(outcomes),
                     "not_safe": bad,
+                    "skipped": [attrs.asdict(o) for o in skipped],
                     "seconds": round(time.perf_counter() - t0, 1),
                 },
                 indent=2,
@@ -747,6 +770,8 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
         for o in bad:
             print(f"  {o['verdict']}: {o['attempt']}: {o['detail']}")
+        for sk in skipped:
+            print(f"  skipped (not counted): {sk.attempt}: {sk.detail}")
     return 0 if counts["data loss"] == counts["hang"] == counts["code executed"] == 0 else 1
 
 
