@@ -14,7 +14,7 @@ TOOL = Path(__file__).resolve().parents[1] / "tools" / "faults.py"
 
 @pytest.mark.timeout(900)
 def test_the_short_fault_set_is_safe() -> None:
-    """A hostile pickle, a FIFO, bad flags, two trainers on one root, SIGKILLs (one mid-save) and a full disk: all safe."""
+    """A hostile pickle, a FIFO, bad flags, two trainers on one root, SIGKILLs (one mid-save), a full disk: all safe."""
     proc = subprocess.run(
         [sys.executable, str(TOOL), "--quick", "--json"], capture_output=True, text=True, timeout=880, check=False
     )

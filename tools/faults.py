@@ -550,15 +550,15 @@ report["resume_rc"] = resume.returncode
 print(report["rc"], report["exit_s"], report["resume_rc"])
 """
 
-        def judged(w: Path, slurm: bool = slurm, name: str = name) -> str | None:
+        def judged(w: Path, name: str = name) -> str | None:
             lost = _loadable(w)
             if lost:
                 return lost
             report = json.loads((w / "report.json").read_text()) if (w / "report.json").exists() else None
             if report is None:
                 return None  # the script failed before: judged by its error
-            if report["rc"] == 0 and name != "SIGUSR1":
-                return f"the job exited 0 after {name} to one rank"
+            if report["rc"] == 0:
+                return f"the job exited 0 after {name} to one rank: a scheduler would not requeue it"
             if report["resume_rc"] != 0:
                 return f"resuming with ckpt_path='last' failed (exit {report['resume_rc']}): {report['resume_log']}"
             return None

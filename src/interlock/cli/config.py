@@ -49,8 +49,8 @@ exit status:
           value, unreadable checkpoint, chart or trace
   128+N   fit was preempted by signal N (143 for SIGTERM, 138 for SIGUSR1 under
           SLURM); a checkpoint was saved to RUN_DIR/checkpoints/last.ckpt
-          first. Resume with the same command
-          plus `--ckpt_path last`: interlock fit ... --ckpt_path last
+          first. Resume with the same command plus `--ckpt_path last`:
+          interlock fit ... --ckpt_path last
   130     interrupted with Ctrl-C
   141     stdout was closed early (e.g. `interlock inspect CKPT | head`)"""
 
