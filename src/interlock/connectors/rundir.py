@@ -7,7 +7,9 @@ set-up to teardown; the lock file names the holder's pid and host. A second proc
 that would write the same run (two resumes of one checkpoint) is refused at set-up.
 The operating system releases the lock when its process dies, so a killed run never
 leaves its directory locked; a process forked meanwhile (a DataLoader worker) closes its
-inherited copy at once, so it cannot keep the lock alive after its parent is gone.
+inherited copy at once, so it cannot keep the lock alive after its parent is gone. Before
+each checkpoint save, :func:`check_run_dir` checks that the held lock file is still the one
+in the directory: a run directory deleted or replaced meanwhile fails the run (``OutputError``).
 """
 
 from __future__ import annotations
