@@ -1,5 +1,6 @@
 """interlock: a PyTorch trainer whose training lifecycle is an explicit statechart."""
 
+from interlock.connectors.rng import seed_everything
 from interlock.core.chart import Chart, load_chart
 from interlock.core.errors import (
     ChartError,
@@ -56,4 +57,5 @@ __all__ = [
     "listen",
     "load_chart",
     "observe",
+    "seed_everything",
 ]

@@ -20,6 +20,7 @@ from jsonargparse import ArgumentParser, Namespace
 
 from interlock.cli.config import LOADERS
 from interlock.cli.inspect import summarize_checkpoint, to_json
+from interlock.connectors.rng import seed_everything
 from interlock.connectors.rundir import LOCK_FILE
 from interlock.core.chart import Chart, load_chart
 from interlock.core.errors import Preempted
@@ -108,9 +109,20 @@ def resume_command(argv: Sequence[str]) -> str:
     return shlex.join(["interlock", *kept, "--ckpt_path", "last"])
 
 
+def _seed(seed: Any) -> None:
+    """Seed before anything is built (as LightningCLI does), so ``trainer.seed`` fixes the initial weights too."""
+    if seed is None:
+        return
+    try:
+        seed_everything(seed)
+    except ValueError as exc:
+        raise UsageError(str(exc).replace("seed_everything(seed=", "trainer.seed (", 1)) from None
+
+
 def run(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str]) -> int:
     """``fit`` / ``validate`` / ``test`` / ``predict``: build from the config, run, print the outcome."""
     command = cfg.command
+    _seed(cfg[command].trainer.get("seed"))
     built = _instantiate(parser, cfg, ("model", "data", "trainer"))
     model, data, trainer = built.model, built.data, built.trainer
     need, optional = LOADERS[command]
