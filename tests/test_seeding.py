@@ -156,3 +156,10 @@ def test_cli_refuses_a_bad_seed_before_building(capsys: pytest.CaptureFixture[st
     """A seed out of range is a usage error (status 2) naming trainer.seed."""
     assert main(["fit", "--trainer.seed", "-3"]) == 2
     assert "trainer.seed (-3)" in capsys.readouterr().err
+
+
+def test_trainer_seed_keeps_the_workers_choice(trainer_factory: Any, tiny: TinyModule) -> None:
+    """Trainer(seed=) reseeds at set-up but keeps seed_everything(workers=True) in force."""
+    interlock.seed_everything(0, workers=True)
+    trainer_factory(max_steps=1, seed=4, num_sanity_val_steps=0).fit(tiny, loader())
+    assert os.environ[SEED_WORKERS_ENV] == "1" and os.environ[GLOBAL_SEED_ENV] == "4"

@@ -157,7 +157,8 @@ def register(reg: Registry) -> None:
         def act() -> SetRunInfo | None:
             if run.plan.seed is None:
                 return None
-            seed_everything(_check_seed(run.plan.seed, "Trainer"))
+            keep_workers = os.environ.get(SEED_WORKERS_ENV) == "1"  # set by the user's seed_everything(workers=True)
+            seed_everything(_check_seed(run.plan.seed, "Trainer"), workers=keep_workers)
             return SetRunInfo(seed=run.plan.seed)
 
         return act
