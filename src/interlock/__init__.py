@@ -1,5 +1,7 @@
 """interlock: a PyTorch trainer whose training lifecycle is an explicit statechart."""
 
+from interlock.connectors.rng import seed_everything
+from interlock.connectors.weights import load_checkpoint, load_lightning_weights
 from interlock.core.chart import Chart, load_chart
 from interlock.core.errors import (
     ChartError,
@@ -55,5 +57,8 @@ __all__ = [
     "__version__",
     "listen",
     "load_chart",
+    "load_checkpoint",
+    "load_lightning_weights",
     "observe",
+    "seed_everything",
 ]

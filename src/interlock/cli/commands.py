@@ -19,7 +19,9 @@ from typing import Any
 from jsonargparse import ArgumentParser, Namespace
 
 from interlock.cli.config import LOADERS
+from interlock.cli.convert import convert as convert_checkpoint
 from interlock.cli.inspect import summarize_checkpoint, to_json
+from interlock.connectors.rng import seed_everything
 from interlock.connectors.rundir import LOCK_FILE
 from interlock.core.chart import Chart, load_chart
 from interlock.core.errors import Preempted
@@ -27,7 +29,7 @@ from interlock.loops import default_registry
 from interlock.trainer.trainer import Trainer
 from interlock.viz import read_trace, render
 
-__all__ = ["COMMANDS", "UsageError", "chart", "chart_actions", "inspect", "listeners", "run", "view"]
+__all__ = ["COMMANDS", "UsageError", "chart", "chart_actions", "convert", "inspect", "listeners", "run", "view"]
 
 
 class UsageError(Exception):
@@ -108,9 +110,20 @@ def resume_command(argv: Sequence[str]) -> str:
     return shlex.join(["interlock", *kept, "--ckpt_path", "last"])
 
 
+def _seed(seed: Any) -> None:
+    """Seed before anything is built (as LightningCLI does), so ``trainer.seed`` fixes the initial weights too."""
+    if seed is None:
+        return
+    try:
+        seed_everything(seed)
+    except ValueError as exc:
+        raise UsageError(str(exc).replace("seed_everything(seed=", "trainer.seed (", 1)) from None
+
+
 def run(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str]) -> int:
     """``fit`` / ``validate`` / ``test`` / ``predict``: build from the config, run, print the outcome."""
     command = cfg.command
+    _seed(cfg[command].trainer.get("seed"))
     built = _instantiate(parser, cfg, ("model", "data", "trainer"))
     model, data, trainer = built.model, built.data, built.trainer
     need, optional = LOADERS[command]
@@ -275,6 +288,19 @@ def chart(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
+def convert(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str]) -> int:
+    """Write the checkpoint SRC to DST in the ``--to`` format (:data:`~interlock.cli.convert.CONVERTERS`)."""
+    opts = cfg.convert
+    try:
+        summary = convert_checkpoint(opts.src, opts.dst, opts.to)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot write {opts.dst}: {exc.strerror or exc}") from None
+    print(f"wrote {opts.to} of {opts.src} to {opts.dst}: {summary}")
+    return 0
+
+
 def inspect(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str]) -> int:
     """Print the checkpoint's summary as JSON (tensors as ``[shape, dtype]``)."""
     print(to_json(summarize_checkpoint(cfg.inspect.ckpt)))
@@ -321,6 +347,7 @@ COMMANDS: dict[str, Callable[[ArgumentParser, Namespace, Sequence[str]], int]] =
     "test": run,
     "predict": run,
     "chart": chart,
+    "convert": convert,
     "inspect": inspect,
     "listeners": listeners,
     "view": view,

@@ -176,6 +176,22 @@ def _inspect_parser() -> ArgumentParser:
     return parser
 
 
+def _convert_parser() -> ArgumentParser:
+    from interlock.cli.convert import CONVERTERS
+
+    parser = _parser(
+        description="Write a checkpoint (interlock, or a PyTorch Lightning .ckpt) in another format.\n"
+        "--to weights: the bare state dict as a plain torch.save file, for\n"
+        "  module.load_state_dict(torch.load(DST, weights_only=True)). No code in SRC runs."
+    )
+    parser.add_argument("src", type=str, help="The checkpoint to read.")
+    parser.add_argument("dst", type=str, help="The file to write (replaced atomically).")
+    parser.add_argument(
+        "--to", type=Literal[tuple(CONVERTERS)], default="weights", help="The format to write (default: weights)."
+    )
+    return parser
+
+
 def _view_parser() -> ArgumentParser:
     parser = _parser(
         description="Serve a local web page showing runs on the statechart: where each run is (live while it\n"
@@ -220,5 +236,6 @@ def build_parser() -> ArgumentParser:
         commands.add_subcommand(name, _config_parser(name), help=helps[name])
     commands.add_subcommand("chart", _chart_parser(), help="Draw the statechart (Mermaid, DOT, SVG, PNG).")
     commands.add_subcommand("inspect", _inspect_parser(), help="Print a checkpoint as readable JSON.")
+    commands.add_subcommand("convert", _convert_parser(), help="Write a checkpoint in another format (weights).")
     commands.add_subcommand("view", _view_parser(), help="Serve a live web view of runs on the statechart.")
     return parser

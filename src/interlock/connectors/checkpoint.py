@@ -73,8 +73,10 @@ def dump(
     state_dict = state.to_dict()
     if data_state is not None:
         state_dict["data"] = {**state_dict["data"], "dataset": data_state}
+    hparams = getattr(module, "hparams", None)  # Module.save_hyperparameters: plain data, checked when recorded
     return {
         "format": CHECKPOINT_FORMAT,
+        **({"hyper_parameters": dict(hparams)} if hparams else {}),
         "state": state_dict,
         "model": strategy.model_state_dict(module),
         "optimizers": [strategy.optimizer_state_dict(module, o) for o in optimizers],

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Sampler, SequentialSampler
 
+from interlock.connectors.rng import seed_workers
 from interlock.core.registry import Action, Guard, Registry
 from interlock.core.run import Run
 from interlock.core.updates import SetDataPosition, Update
@@ -84,7 +85,12 @@ def _rebuild(loader: DataLoader, sampler: Sampler[int]) -> DataLoader:
 
 
 def prepare_loader(loader: Iterable[Any], num_replicas: int = 1, rank: int = 0) -> Iterable[Any]:
-    """Make ``loader`` resumable (and sharded across ranks) where that is possible."""
+    """Make ``loader`` resumable (and sharded across ranks) where that is possible.
+
+    After ``seed_everything(workers=True)`` a loader with workers and no ``worker_init_fn`` gets
+    :func:`~interlock.connectors.rng.worker_init_function` first.
+    """
+    seed_workers(loader, rank)
     if not isinstance(loader, DataLoader) or loader.batch_size is None:
         return loader
     sampler = loader.sampler

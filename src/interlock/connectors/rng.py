@@ -1,8 +1,11 @@
-"""Random number generator states: captured and restored for exact resume."""
+"""Random number generators: seeding (Lightning's ``seed_everything``), isolation, and states for exact resume."""
 
 from __future__ import annotations
 
+import functools
+import os
 import random
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,20 +16,95 @@ from interlock.core.registry import Action, Registry
 from interlock.core.run import Run
 from interlock.core.updates import SetRunInfo, Update
 
-__all__ = ["RestoreRNG", "get_rng_states", "register", "seed_everything", "set_rng_states"]
+__all__ = [
+    "GLOBAL_SEED_ENV",
+    "SEED_WORKERS_ENV",
+    "RestoreRNG",
+    "get_rng_states",
+    "register",
+    "seed_everything",
+    "seed_workers",
+    "set_rng_states",
+    "worker_init_function",
+]
+
+GLOBAL_SEED_ENV = "INTERLOCK_GLOBAL_SEED"
+"""Set by :func:`seed_everything` (Lightning's ``PL_GLOBAL_SEED``): the seed, inherited by spawned processes."""
+SEED_WORKERS_ENV = "INTERLOCK_SEED_WORKERS"
+"""Set by :func:`seed_everything` (Lightning's ``PL_SEED_WORKERS``): ``"1"`` when workers get derived seeds."""
+_MAX_SEED = 2**32 - 1
 
 
-def seed_everything(seed: int) -> None:
-    """Seed python, numpy (when installed) and torch (CPU and every CUDA device)."""
-    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**32:
-        raise ValueError(f"Trainer(seed={seed!r}) is invalid: expected an int in [0, 2**32)")
+def _check_seed(seed: Any, call: str) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= _MAX_SEED:
+        raise ValueError(f"{call}(seed={seed!r}) is invalid: expected an int in [0, 2**32 - 1] (what numpy accepts)")
+    return seed
+
+
+def seed_everything(seed: int | None = None, workers: bool = False) -> int:
+    """Seed python's ``random``, numpy and torch (CPU and CUDA); return the seed. Lightning's meaning.
+
+    ``None`` reads :data:`GLOBAL_SEED_ENV` (set by an earlier call, e.g. in the parent of a spawned
+    process) and otherwise seeds 0 with a warning. The seed is stored in :data:`GLOBAL_SEED_ENV`;
+    ``workers=True`` also sets :data:`SEED_WORKERS_ENV`, so the DataLoaders the Trainer runs
+    (with ``num_workers > 0`` and no ``worker_init_fn`` of their own) give every worker of every
+    rank its own seeds derived from the global one (:func:`worker_init_function`). Call it before
+    building the model, so the initial weights are seeded too.
+    """
+    if not isinstance(workers, bool):
+        raise ValueError(f"seed_everything(workers={workers!r}) is invalid: expected True or False")
+    if seed is None:
+        env = os.environ.get(GLOBAL_SEED_ENV)
+        if env is None:
+            warnings.warn("seed_everything(): no seed given and none in the environment; seeding 0", stacklevel=2)
+            seed = 0
+        else:
+            try:
+                seed = int(env)
+            except ValueError:
+                raise ValueError(
+                    f"{GLOBAL_SEED_ENV}={env!r} is not an int seed; unset it or set it to an int in [0, 2**32 - 1]"
+                ) from None
+    seed = _check_seed(seed, "seed_everything")
+    os.environ[GLOBAL_SEED_ENV] = str(seed)
+    os.environ[SEED_WORKERS_ENV] = str(int(workers))
     random.seed(seed)
     torch.manual_seed(seed)
     try:
         import numpy as np
     except ImportError:  # pragma: no cover - numpy is a dependency
-        return
+        return seed
     np.random.seed(seed)
+    return seed
+
+
+def worker_init_function(worker_id: int, rank: int = 0) -> None:
+    """Seed a DataLoader worker's python, numpy and torch RNGs from its base seed, worker id and rank.
+
+    torch gives each worker ``base_seed + worker_id`` as its torch seed, where the base seed
+    comes from the main process's (seeded) torch RNG once per epoch; that alone leaves numpy
+    and python identical in every worker and every rank. Here all three are derived from
+    ``(base_seed, worker_id, rank)`` through numpy's ``SeedSequence``, so they differ per
+    worker, rank and epoch and repeat exactly when the run is repeated with the same seed.
+    """
+    import numpy as np
+
+    base_seed = torch.initial_seed() - worker_id
+    words = np.random.SeedSequence([base_seed, worker_id, rank]).generate_state(4, dtype=np.uint64)
+    torch.manual_seed(int(words[0]))
+    random.seed(int(words[1]))
+    np.random.seed(np.random.SeedSequence([int(words[2]), int(words[3])]).generate_state(4))
+
+
+def seed_workers(loader: Any, rank: int = 0) -> None:
+    """Give a DataLoader :func:`worker_init_function` when ``seed_everything(workers=True)`` asked for it.
+
+    Only a loader with workers and no ``worker_init_fn`` of its own is changed (as in Lightning).
+    """
+    if os.environ.get(SEED_WORKERS_ENV) != "1":
+        return
+    if getattr(loader, "num_workers", 0) > 0 and getattr(loader, "worker_init_fn", False) is None:
+        loader.worker_init_fn = functools.partial(worker_init_function, rank=rank)
 
 
 def get_rng_states() -> dict[str, Any]:
@@ -66,8 +144,11 @@ class RestoreRNG(Update):
     states: dict[str, Any] = attrs.field(eq=False)
 
 
+_ISOLATED = "interlock.rng.isolated"
+
+
 def register(reg: Registry) -> None:
-    """``rng.seed`` and the ``RestoreRNG`` effect."""
+    """``rng.seed``, ``rng.isolate``/``rng.restore`` and the ``RestoreRNG`` effect."""
 
     @reg.action("rng.seed")
     def seed(run: Run, params: Mapping[str, Any]) -> Action:
@@ -76,8 +157,29 @@ def register(reg: Registry) -> None:
         def act() -> SetRunInfo | None:
             if run.plan.seed is None:
                 return None
-            seed_everything(run.plan.seed)
+            keep_workers = os.environ.get(SEED_WORKERS_ENV) == "1"  # set by the user's seed_everything(workers=True)
+            seed_everything(_check_seed(run.plan.seed, "Trainer"), workers=keep_workers)
             return SetRunInfo(seed=run.plan.seed)
+
+        return act
+
+    @reg.action("rng.isolate")
+    def isolate(run: Run, params: Mapping[str, Any]) -> Action:
+        """Remember every global RNG state, for ``rng.restore`` (the sanity check's entry, as Lightning isolates it)."""
+
+        def act() -> None:
+            run.extras[_ISOLATED] = get_rng_states()
+
+        return act
+
+    @reg.action("rng.restore")
+    def restore_isolated(run: Run, params: Mapping[str, Any]) -> Action:
+        """Put back the RNG states ``rng.isolate`` remembered: what ran in between drew nothing from them."""
+
+        def act() -> None:
+            states = run.extras.pop(_ISOLATED, None)
+            if states is not None:
+                set_rng_states(states)
 
         return act
 

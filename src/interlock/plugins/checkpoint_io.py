@@ -67,6 +67,7 @@ __all__ = [
     "TorchCheckpointIO",
     "check_bounded",
     "check_serializable",
+    "is_lightning_checkpoint",
 ]
 
 FORMAT_VERSION: int = 1
@@ -846,6 +847,13 @@ def _require_regular(target: Path, mode: int) -> None:
 def _read_header(f: io.BufferedReader, target: Path) -> dict[str, Any]:
     head = f.read(len(MAGIC))
     if head != MAGIC:
+        if head.startswith(b"PK\x03\x04") and is_lightning_checkpoint(target):
+            raise CheckpointError(
+                f"{target} is a PyTorch Lightning checkpoint, not an interlock one: its training state (optimizer, "
+                "epoch, step, RNG) cannot continue an interlock run. Load its weights only, without running code "
+                "in it: interlock.load_lightning_weights(module, path) (or YourModule.load_from_checkpoint(path)), "
+                "then fit without ckpt_path"
+            )
         raise CheckpointError(f"{target} is {_not_ours(head)}")
     line = f.readline(_MAX_HEADER_BYTES)
     if not line.endswith(b"\n"):
@@ -894,6 +902,28 @@ def _check_length(target: Path, header: dict[str, Any], f: io.BufferedReader) ->
         raise CheckpointError(
             f"checkpoint {target} was altered or corrupted: it has {got - want} bytes after its {want}-byte payload"
         )
+
+
+_LIGHTNING_KEY = b"pytorch-lightning_version"
+_LIGHTNING_SCAN = 1 << 20  # Lightning writes the key among the first entries of its dict
+
+
+def is_lightning_checkpoint(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a torch zip file whose pickle names ``pytorch-lightning_version`` (a Lightning ``.ckpt``).
+
+    Only the first MiB of the archive's ``data.pkl`` is scanned as bytes: nothing is unpickled.
+    """
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            name = next((n for n in archive.namelist() if n.endswith("/data.pkl") or n == "data.pkl"), None)
+            if name is None:
+                return False
+            with archive.open(name) as pkl:
+                return _LIGHTNING_KEY in pkl.read(_LIGHTNING_SCAN)
+    except (OSError, zipfile.BadZipFile, RuntimeError, ValueError):
+        return False
 
 
 def _not_ours(head: bytes) -> str:

@@ -50,7 +50,8 @@ class Trainer:
         precision: ``"32-true"``, ``"64-true"``, ``"16-mixed"``, ``"bf16-mixed"``, ``"16-true"``, ``"bf16-true"``.
         listeners: Listener objects; ``None`` installs the defaults, ``[]`` none.
         default_root_dir: Where ``runs/version_N`` folders are made (default: the working directory).
-        seed: Seed python, numpy and torch before the run.
+        seed: Seed python, numpy and torch when a stage starts (after the model was built: to seed the
+            initial weights too, call ``interlock.seed_everything(seed)`` before building it, as in Lightning).
         deterministic: Ask torch for deterministic algorithms.
         fast_dev_run: Run 1 (or N) batch of each loop to check the code paths.
         chart: A custom statechart file; every action and guard it names must be registered.
