@@ -49,7 +49,8 @@ def check_hook_names(module: Any) -> None:
             continue
         if not callable(getattr(type(module), name, None)):
             continue
-        near = difflib.get_close_matches(name, HOOKS, n=1, cutoff=0.75)
+        words = sorted(name.split("_"))  # the same words reordered (on_validation_end_epoch) first, then difflib
+        near = [h for h in HOOKS if sorted(h.split("_")) == words] or difflib.get_close_matches(name, HOOKS, 1, 0.75)
         if near:
             warnings.warn(
                 f"{type(module).__name__}.{name} looks like a hook but is not one, so it is never called; "
@@ -91,6 +92,8 @@ def _bind_hook(run: Run, hook: str, args: Callable[[], tuple[Any, ...]], loop: s
             return updates
 
         return per_optimizer
+    if hook in ("setup", "teardown"):  # Lightning passes the stage by keyword
+        return lambda: results(method(stage=run.stage))
     return lambda: results(method(*args()))
 
 
@@ -99,8 +102,6 @@ def register(reg: Registry) -> None:
 
     def args_of(run: Run, hook: str) -> Callable[[], tuple[Any, ...]]:
         step = run.step
-        if hook in ("setup", "teardown"):
-            return lambda: (run.stage,)
         if hook.endswith("batch_start"):
             return lambda: (step.batch, step.index)
         if hook.endswith("batch_end"):
