@@ -9,7 +9,7 @@ import torch
 
 from interlock.core.logging import LogEntry, check_reduce
 
-__all__ = ["Module", "ModuleView", "StepOutput"]
+__all__ = ["ManualOptimizer", "Module", "ModuleView", "StepOutput"]
 
 StepOutput = torch.Tensor | Mapping[str, Any] | None
 
@@ -26,12 +26,42 @@ class ModuleView:
     The runtime sets one on the module for the stage (``Module.attach``); it is not the trainer.
     """
 
-    __slots__ = ("backward", "counters", "optimizers", "schedulers")
+    __slots__ = ("backward", "counters", "optimizer_step", "optimizers", "schedulers")
 
     def __init__(
-        self, counters: Any, optimizers: list[Any], schedulers: list[Any], backward: Callable[[torch.Tensor], None]
+        self,
+        counters: Any,
+        optimizers: list[Any],
+        schedulers: list[Any],
+        backward: Callable[..., None],
+        optimizer_step: Callable[..., Any] | None = None,
     ) -> None:
         self.counters, self.optimizers, self.schedulers, self.backward = counters, optimizers, schedulers, backward
+        self.optimizer_step = optimizer_step
+
+
+class ManualOptimizer:
+    """An optimizer as ``self.optimizers()`` gives it (Lightning's ``LightningOptimizer``).
+
+    ``step()`` goes through the precision plugin and counts one optimizer step (``global_step``);
+    everything else is the optimizer's own.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, view: ModuleView) -> None:
+        self.optimizer, self._view = optimizer, view
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        view = self._view
+        out = (
+            self.optimizer.step(closure)
+            if view.optimizer_step is None
+            else view.optimizer_step(self.optimizer, closure)
+        )
+        view.counters.manual_steps += 1
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.optimizer, name)
 
 
 class Module(torch.nn.Module):
@@ -173,9 +203,13 @@ class Module(torch.nn.Module):
         return 0 if view is None else int(view.counters.global_step)
 
     def optimizers(self, use_pl_optimizer: bool = True) -> Any:
-        """The optimizer, or the list of them when there are several (as Lightning's)."""
-        opts = self._view("optimizers()").optimizers
-        return opts[0] if len(opts) == 1 else list(opts)
+        """The optimizer, or the list of them when there are several (as Lightning's).
+
+        Each one's ``step()`` goes through the precision plugin and counts as an optimizer step (``global_step``).
+        """
+        view = self._view("optimizers()")
+        opts = [ManualOptimizer(o, view) for o in view.optimizers]
+        return opts[0] if len(opts) == 1 else opts
 
     def lr_schedulers(self) -> Any:
         """The LR scheduler, the list of them, or ``None`` (as Lightning's)."""
@@ -190,6 +224,7 @@ class Module(torch.nn.Module):
 
     def toggle_optimizer(self, optimizer: Any) -> None:
         """Only ``optimizer``'s parameters require grad until :meth:`untoggle_optimizer` (as Lightning's)."""
+        optimizer = getattr(optimizer, "optimizer", optimizer)
         mine = {id(p) for g in optimizer.param_groups for p in g["params"]}
         saved: dict[int, bool] = {}
         for opt in self._view("toggle_optimizer()").optimizers:
@@ -213,6 +248,7 @@ class Module(torch.nn.Module):
         """Clip the gradients of ``optimizer``'s parameters (``"norm"``, the default, or ``"value"``)."""
         if gradient_clip_val is None:
             return
+        optimizer = getattr(optimizer, "optimizer", optimizer)
         params = [p for g in optimizer.param_groups for p in g["params"]]
         algorithm = gradient_clip_algorithm or "norm"
         if algorithm == "norm":

@@ -141,6 +141,9 @@ def register(reg: Registry) -> None:
             check_hook_names(module)
             precision = run.hardware.precision
             if hasattr(module, "attach"):
-                module.attach(ModuleView(run.counters, run.optimizers, run.schedulers, precision.backward))
+                view = ModuleView(
+                    run.counters, run.optimizers, run.schedulers, precision.backward, precision.optimizer_step
+                )
+                module.attach(view)
 
         return act

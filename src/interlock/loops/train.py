@@ -41,6 +41,7 @@ def register(reg: Registry) -> None:
         wrap = None if precision.is_plain else precision.forward
         feed: Any = None
         mdict = run.module.__dict__  # what the module logs is buffered here (self.log)
+        manual = getattr(run.module, "automatic_optimization", True) is False
 
         def infer() -> int:
             return batch_size(step.batch)
@@ -54,7 +55,7 @@ def register(reg: Registry) -> None:
             if wrap is not None:
                 fn = wrap(fn, run.device.type)
             step.outputs = feed.last_outputs = outputs = fn(step.batch, step.index)
-            step.loss = loss_of(outputs)
+            step.loss = loss_of(outputs) if not manual else None
             logs = mdict.get("_interlock_logs")
             return take(logs, "training_step", "train", infer) if logs else None
 
