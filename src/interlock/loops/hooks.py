@@ -2,9 +2,10 @@
 
 Each hook is an action named after it (``module.on_train_epoch_end``); the evaluation
 loops' hooks are ``module.on_eval_*``, resolved by the loop's ``with: {step: ...}``
-(``validation_step`` -> ``on_validation_*``). An action is bound once per stage: to a
-no-op when the module does not define the hook, so an unused hook costs nothing. A hook
-may ``self.log`` (Lightning's per-hook defaults) and return updates.
+(``validation_step`` -> ``on_validation_*``). An action is bound once per stage; when the
+module does not define the hook it is bound to ``NOOP``, which the runtime leaves out, so an
+unused hook costs nothing. A hook may ``self.log`` (Lightning's per-hook defaults) and
+return updates.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 from interlock.connectors.metrics import batch_size
 from interlock.core.logging import take
 from interlock.core.module import ModuleView
-from interlock.core.registry import Action, Registry
+from interlock.core.registry import NOOP, Action, Registry
 from interlock.core.run import Run
 from interlock.core.updates import Update, as_updates
 
@@ -71,7 +72,7 @@ def _bind_hook(run: Run, hook: str, args: Callable[[], tuple[Any, ...]], loop: s
     module = run.module
     fn = getattr(type(module), hook, None)
     if fn is None or not callable(fn):
-        return lambda: None
+        return NOOP
     method = getattr(module, hook)
     mdict = module.__dict__
     step = run.step
@@ -115,7 +116,7 @@ def register(reg: Registry) -> None:
         def bind(run: Run, params: Mapping[str, Any], hook: str = hook) -> Action:
             each = hook in ("on_before_optimizer_step", "on_before_zero_grad")
             action = _bind_hook(run, hook, args_of(run, hook), "train", each)
-            if hook == "on_before_zero_grad" and run.config.accumulate_grad_batches > 1:
+            if hook == "on_before_zero_grad" and action is not NOOP and run.config.accumulate_grad_batches > 1:
                 every, step, inner = run.config.accumulate_grad_batches, run.step, action
                 return lambda: inner() if step.index % every == 0 else None
             return action
