@@ -91,3 +91,17 @@ def test_single_manual_optimizer_and_scheduler_are_returned_bare(tmp_path: Path)
     assert seen[0][:2] == ("ManualOptimizer", "StepLR")
     assert {lr for *_, lr in seen} == {0.1}  # epoch schedulers are the module's to step under manual optimization
     assert trainer.state.global_step == 4
+
+
+def test_a_fitted_module_pickles_and_copies_without_the_run(tmp_path: Path) -> None:
+    """After fit the module still reads global_step, and its pickle / deep copy carry weights, not the run's view."""
+    import copy
+    import pickle
+
+    _, module = _fit(tmp_path, max_steps=4)
+    assert module.global_step == 4
+    for clone in (copy.deepcopy(module), pickle.loads(pickle.dumps(module))):
+        assert "_interlock_view" not in clone.__dict__ and clone.global_step == 0
+        assert all(
+            torch.equal(a, b) for a, b in zip(module.state_dict().values(), clone.state_dict().values(), strict=True)
+        )

@@ -258,6 +258,14 @@ class Module(torch.nn.Module):
         else:
             raise ValueError(f"gradient_clip_algorithm={algorithm!r}; choose 'norm' or 'value'")
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled and deep-copied without the running stage's view and the log buffer."""
+        state = dict(super().__getstate__())
+        state.pop("_interlock_view", None)
+        state.pop("_interlock_logs", None)
+        state.pop("_interlock_toggled", None)
+        return state
+
     def __getattr__(self, name: str) -> Any:
         if name == "trainer":
             raise AttributeError(_NO_TRAINER)
