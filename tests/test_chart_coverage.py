@@ -50,10 +50,10 @@ def run(
     flags = {"max_epochs": 1, "listeners": [], "default_root_dir": tmp, "num_sanity_val_steps": 1, **flags}
     train = flags.pop("_train", None)
     other = flags.pop("_other", None)
+    module = flags.pop("_module", None) or TinyModule()
     trainer = interlock.Trainer(**flags)
     trace = record(trainer)
     setup(trainer)
-    module = TinyModule()
     try:
         if stage == "fit":
             trainer.fit(module, loader(32, 8) if train is None else train, loader(16, 8) if other is None else other)
@@ -66,6 +66,20 @@ def run(
     taken = {Transition(*t) for t in trace}
     assert taken <= ALL, taken - ALL
     return taken
+
+
+class ManualTiny(TinyModule):
+    """TinyModule stepping its optimizer itself (automatic_optimization = False)."""
+
+    automatic_optimization = False
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        loss = super().training_step(batch, batch_idx)
+        self.manual_backward(loss)
+        opt = self.optimizers()
+        opt.step()
+        opt.zero_grad()
+        return loss
 
 
 def raiser(exc: BaseException) -> Callable[[Any], None]:
@@ -83,6 +97,7 @@ def test_every_chart_transition_is_exercised(tmp_path: Any) -> None:
     """Normal runs, unsized data, empty loops, and failures/interrupts raised in every stage state cover the chart."""
     taken: set[Transition] = set()
     taken |= run(lambda t: None, tmp=tmp_path, accumulate_grad_batches=2, max_epochs=2)
+    taken |= run(lambda t: None, tmp=tmp_path, _module=ManualTiny())  # the manual-optimization branch
     for stage in ("validate", "test", "predict"):
         taken |= run(lambda t: None, stage, tmp=tmp_path)
         taken |= run(

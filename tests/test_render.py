@@ -301,7 +301,7 @@ def test_every_declared_transition_is_an_edge_with_its_guard_and_actions(chart: 
     assert "fit__train__batch__end --> fit__train__batch__fetch : next\n" in text
     assert "teardown --> finished : finish / run.finish\n" in text
     assert _dot_edge_label(dot, "fit__train__batch__end", "fit__train__epoch_end") == (
-        "epoch_end [limits.epoch_done]\\n/ metrics.log_train"
+        "epoch_end [limits.epoch_done]\\n/ module.on_train_epoch_end, metrics.log_train"
     )
 
 
@@ -313,8 +313,8 @@ def test_states_show_their_entry_and_exit_actions(chart: Chart) -> None:
     assert 'state "batch<br>entry / data.reenter, module.train" as fit__train__batch {' in text
     assert 'state "val<br>entry / data.reenter, eval.open<br>exit / eval.close" as fit__train__val {' in text
     assert _dot_node_text(dot, "fit__train__batch__fetch") == "fetch\nentry / data.fetch"
-    assert _dot_node_text(dot, "fit__train__batch__end") == "end\nentry / signals.vote"
-    assert _dot_cluster_text(dot, "fit__sanity") == "sanity\nentry / eval.open\nexit / eval.close"
+    assert _dot_node_text(dot, "fit__train__batch__end") == "end\nentry / module.on_train_batch_end,\nsignals.vote"
+    assert _dot_cluster_text(dot, "fit__sanity") == "sanity\nentry / rng.isolate, eval.open\nexit / eval.close, rng.restore"
     assert 'point-size="8"' in _dot_node_label(dot, "fit__train__batch__fetch")  # the actions in small type
     for path, spec in chart.states.items():
         if spec.children:
@@ -361,21 +361,24 @@ def test_traced_fit_highlights_visits_and_counts(chart: Chart, fit_run: Path) ->
     """Visited states are filled with counts, taken edges bold with counts, the end state final."""
     trace = read_trace(fit_run)
     dot = to_dot(chart, trace)
-    assert _dot_node_text(dot, "fit__train__batch__end") == f"end {X}6\nentry / signals.vote"
+    assert (
+        _dot_node_text(dot, "fit__train__batch__end") == f"end {X}6\nentry / module.on_train_batch_end,\nsignals.vote"
+    )
     assert _dot_node_text(dot, "finished") == f"finished {X}1\n(final)"
     assert re.search(r'"finished" \[[^\]]*peripheries=2', dot)
     assert re.search(r'"fit__train__batch__end" \[[^\]]*fillcolor="#d8f0d8"', dot)
-    assert _dot_node_text(dot, "fit__sanity__start") == "start\nentry / eval.reset"  # never visited: no count
+    sanity_start = "start\nentry / eval.reset, module.on_eval_start,\nmodule.on_eval_epoch_start"
+    assert _dot_node_text(dot, "fit__sanity__start") == sanity_start  # never visited: no count
     assert not re.search(r'"fit__sanity__start" \[[^\]]*fillcolor', dot)
     assert _dot_edge_label(dot, "fit__train__batch__end", "fit__train__batch__fetch").startswith(f"next {X}4")
     assert re.search(rf'label=" next {X}4", penwidth=2\.2', dot)
-    assert re.search(rf'"cluster_fit__train" {{\s*label=<train {X}1>;\s*style="rounded,filled"', dot)
+    assert re.search(rf'"cluster_fit__train" {{\s*label=<train {X}1<br/>[^;]*>;\s*style="rounded,filled"', dot)
     assert _dot_cluster_text(dot, "fit__train__batch").startswith(f"batch {X}2\n")  # entered once per epoch
     text = to_mermaid(chart, trace)
     assert f'state "end {X}6" as fit__train__batch__end' in text
     assert f"fit__train__batch__end --> fit__train__batch__fetch : next {X}4" in text
     assert f"fit__train__batch__fetch --> fit__train__batch__step : fetched [data.fetched] {X}6\n" in text
-    assert f"fit__train__batch__end --> fit__train__epoch_end : epoch_end [limits.epoch_done] {X}2 / metrics" in text
+    assert f"fit__train__batch__end --> fit__train__epoch_end : epoch_end [limits.epoch_done] {X}2 / module" in text
     assert "fit__train__batch__end --> fit__train__val : validate [schedule.val_due]\n" in text  # not taken
     assert re.search(r"^    class (\w+,)*finished(,\w+)* final$", text, re.M)
     assert re.search(r"^    class (\w+,)*fit__train__batch__end(,\w+)* visited$", text, re.M)
@@ -390,7 +393,9 @@ def test_traced_failure_is_red_with_the_escaped_message(chart: Chart, failed_run
     label = _dot_node_label(dot, failing)
     assert "bad &quot;x&quot; &lt;y&gt; &amp; {z}" in label and "\n" not in label
     text = _dot_node_text(dot, failing)
-    assert text.startswith(f'step {X}2\nentry / module.training_step\n✗ ValueError: bad "x" <y> & {{z}}')
+    assert text.startswith(
+        f'step {X}2\nentry / module.on_train_batch_start,\nmodule.training_step\n✗ ValueError: bad "x" <y> & {{z}}'
+    )
     assert text.endswith("\nsecond line")
     assert re.search(rf'"{failing}" \[[^\]]*fillcolor="#f8d0d0", color="#c62828"', dot)
     assert re.search(rf'"fit#start" -> "teardown" \[label=" fail {X}1", penwidth=2\.2, color="#c62828"', dot)
@@ -414,7 +419,10 @@ def test_traced_live_run_marks_the_current_state(chart: Chart, live_run: Path) -
     """An in-progress run has no final state; the state it is in is marked current."""
     trace = read_trace(live_run)
     dot = to_dot(chart, trace)
-    assert _dot_node_text(dot, "fit__train__batch__backward") == f"backward {X}1\nentry / precision.backward\n(current)"
+    assert _dot_node_text(dot, "fit__train__batch__backward") == (
+        f"backward {X}1\nentry / module.on_before_zero_grad,\nmodule.on_before_backward,\n"
+        "precision.backward, module.on_after_backward\n(current)"
+    )
     assert "(final)" not in dot
     assert "in progress at fit.train.batch.backward" in dot
     text = to_mermaid(chart, trace)
@@ -431,9 +439,15 @@ def test_traced_real_run_labels_taken_edges_with_guard_and_count(chart: Chart, r
     )
     assert re.search(rf'label=" validate \[schedule\.val_due\] {X}2", penwidth=2\.2, color="#2e7d32"', dot)
     assert re.search(
-        rf'label=" epoch_end \[limits\.epoch_done_after_val\] {X}1\\n/ metrics\.log_train", penwidth=2\.2', dot
+        rf'label=" epoch_end \[limits\.epoch_done_after_val\] {X}1\\n/ module\.on_train_epoch_end, '
+        r'metrics\.log_train", penwidth=2\.2',
+        dot,
     )
-    assert re.search(r'label=" epoch_end \[limits\.epoch_done\]\\n/ metrics\.log_train", color="#b0b0b0"', dot)
+    assert re.search(
+        r'label=" epoch_end \[limits\.epoch_done\]\\n/ module\.on_train_epoch_end, '
+        r'metrics\.log_train", color="#b0b0b0"',
+        dot,
+    )
     assert re.search(r'label=" sanity_check \[schedule\.sanity_due\]", color="#b0b0b0"', dot)  # never held
     assert re.search(rf'label=" train {X}1", penwidth=2\.2', dot)  # the default taken instead
     text = to_mermaid(chart, trace)
@@ -447,7 +461,9 @@ def test_traced_preemption_marks_where_the_run_stopped(chart: Chart, preempted_r
     """A preempted run: the preempt edge and its guard, the state it was stopped in, and where it ended."""
     trace = read_trace(preempted_run)
     dot = to_dot(chart, trace)
-    assert _dot_node_text(dot, "fit__train__batch__end") == (f"end {X}1\nentry / signals.vote\n(stopped here: preempt)")
+    assert _dot_node_text(dot, "fit__train__batch__end") == (
+        f"end {X}1\nentry / module.on_train_batch_end,\nsignals.vote\n(stopped here: preempt)"
+    )
     assert re.search(r'"fit__train__batch__end" \[[^\]]*fillcolor="#ffe0b2", color="#e65100"', dot)
     assert _dot_edge_label(dot, "fit__train__batch__end", "teardown") == (
         f"preempt [signals.preempted] {X}1\\n/ checkpoint.save_preempted"

@@ -7,11 +7,12 @@ from typing import Any
 
 import torch
 
+from interlock.core.logging import AddLogged, epoch_values
 from interlock.core.registry import Action, Registry
 from interlock.core.run import Run
 from interlock.core.updates import AppendHistory, LogMetrics, Update
 
-__all__ = ["batch_size", "loss_of", "register", "scalars"]
+__all__ = ["batch_size", "logged_values", "loss_of", "register", "scalars"]
 
 
 def loss_of(outputs: Any, step: str = "training_step") -> torch.Tensor:
@@ -64,22 +65,44 @@ def batch_size(batch: Any) -> int:
     return 1
 
 
+def logged_values(run: Run, loop: str) -> tuple[dict[str, float], set[str]]:
+    """What the module logged in ``loop`` this epoch, and the names kept from loggers.
+
+    ``sync_dist`` values are averaged over processes.
+    Names logged with ``logger=False`` stay in ``state.metrics`` but not in the history rows.
+    """
+    values, sync, hidden = epoch_values(run.facts, loop)
+    reduce = run.dist.reduce_metrics if run.dist is not None else None
+    if sync and reduce is not None:
+        values.update(reduce({k: values[k] for k in sync}))
+    return values, hidden
+
+
 def register(reg: Registry) -> None:
     """``metrics.log_train``."""
 
     @reg.action("metrics.log_train")
     def log_train(run: Run, params: Mapping[str, Any]) -> Action:
-        """Log the epoch's training metrics: the scalars of its latest step, averaged over processes."""
+        """Log the epoch's training metrics: its latest step's scalars, and the epoch values the module logged.
+
+        Returned scalars are averaged over processes; logged ones when ``sync_dist``.
+        """
 
         def act() -> list[Update] | None:
             outputs = run.feeds["train"].last_outputs
-            if outputs is None:
+            logged, hidden = logged_values(run, "train")
+            if outputs is None and not logged:
                 return None
             metrics = scalars(outputs, "train")
-            if run.dist is not None and run.dist.reduce_metrics is not None:
+            if metrics and run.dist is not None and run.dist.reduce_metrics is not None:
                 metrics = run.dist.reduce_metrics(metrics)
+            metrics.update(logged)
             c = run.counters
-            row = {"stage": "train", "epoch": c.epoch, "global_step": c.global_step, **metrics}
-            return [LogMetrics(metrics), AppendHistory(row)]
+            shown = {k: v for k, v in metrics.items() if k not in hidden}
+            row = {"stage": "train", "epoch": c.epoch, "global_step": c.global_step, **shown}
+            updates: list[Update] = [LogMetrics(metrics), AppendHistory(row)]
+            if logged:
+                updates.append(AddLogged(clear="train"))
+            return updates
 
         return act

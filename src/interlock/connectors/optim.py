@@ -12,7 +12,7 @@ from interlock.core.registry import Action, Guard, Registry
 from interlock.core.run import Run
 from interlock.core.updates import ReplaceOptimizer, SetLearningRate
 
-__all__ = ["Scheduler", "configure_optimizers", "register", "step_schedulers"]
+__all__ = ["Scheduler", "configure_optimizers", "is_manual", "register", "step_schedulers"]
 
 
 @attrs.define
@@ -100,6 +100,11 @@ def step_schedulers(schedulers: list[Scheduler], interval: str, count: int, metr
             s.scheduler.step()
 
 
+def is_manual(run: Run) -> bool:
+    """The module optimizes itself (``automatic_optimization = False``)."""
+    return getattr(run.module, "automatic_optimization", True) is False
+
+
 def _check_index(run: Run, index: int, what: str) -> None:
     if not run.optimizers:
         raise RuntimeError(f"{what} cannot be applied outside a fit (no optimizer yet)")
@@ -117,8 +122,23 @@ def register(reg: Registry) -> None:
         def act() -> None:
             module: Any = run.module
             run.optimizers[:], run.schedulers[:] = configure_optimizers(module.configure_optimizers())
+            if is_manual(run):
+                cfg = run.config
+                if cfg.accumulate_grad_batches != 1 or cfg.gradient_clip_val is not None:
+                    raise ValueError(
+                        f"{type(module).__name__} uses manual optimization (automatic_optimization = False), so "
+                        f"accumulate_grad_batches={cfg.accumulate_grad_batches} / gradient_clip_val="
+                        f"{cfg.gradient_clip_val} do not apply (as in Lightning); leave them at their defaults and "
+                        "accumulate or clip in training_step (self.clip_gradients(opt, ...))"
+                    )
 
         return act
+
+    @reg.guard("optim.manual")
+    def manual(run: Run, params: Mapping[str, Any]) -> Guard:
+        """The module steps its optimizers itself in training_step (``automatic_optimization = False``)."""
+        value = is_manual(run)
+        return lambda: value
 
     @reg.guard("optim.step_due")
     def step_due(run: Run, params: Mapping[str, Any]) -> Guard:
@@ -154,8 +174,10 @@ def register(reg: Registry) -> None:
         """Step the LR schedulers that step once an epoch."""
         counters = run.counters
 
+        manual = is_manual(run)
+
         def act() -> None:
-            if run.schedulers:
+            if run.schedulers and not manual:  # under manual optimization training_step steps them (Lightning's)
                 step_schedulers(run.schedulers, "epoch", counters.epoch + 1, run.facts.metrics)
 
         return act

@@ -1,4 +1,4 @@
-"""The user's model: a ``torch.nn.Module`` with Lightning's step names, hyper-parameters and loading."""
+"""The user's model: a ``torch.nn.Module`` with Lightning's step names, hooks, ``self.log`` and hyper-parameters."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from typing import Any, ClassVar, TypeVar
 
 import torch
 
-__all__ = ["AttributeDict", "Module", "StepOutput", "provide_checkpoint_loader"]
+from interlock.core.logging import LogEntry, check_reduce
+
+__all__ = ["AttributeDict", "ManualOptimizer", "Module", "ModuleView", "StepOutput", "provide_checkpoint_loader"]
 
 StepOutput = torch.Tensor | Mapping[str, Any] | None
 M = TypeVar("M", bound="Module")
@@ -56,19 +58,75 @@ def _plain_error(value: Any) -> str:
         return ""
     return f"a {type(value).__module__}.{type(value).__qualname__}"
 
+_NO_TRAINER = (
+    "an interlock Module has no .trainer: the module never holds the trainer. Read the epoch and step with "
+    "self.current_epoch / self.global_step, log with self.log(...), reach optimizers with self.optimizers(); "
+    "for anything else write a Listener (it receives (event, state) and returns updates), see docs/porting.md"
+)
+
+
+class ModuleView:
+    """What a running stage shows the module: live counters, optimizers, schedulers, backward. Read-only use.
+
+    The runtime sets one on the module for the stage (``Module.attach``); it is not the trainer.
+    """
+
+    __slots__ = ("backward", "counters", "optimizer_step", "optimizers", "schedulers")
+
+    def __init__(
+        self,
+        counters: Any,
+        optimizers: list[Any],
+        schedulers: list[Any],
+        backward: Callable[..., None],
+        optimizer_step: Callable[..., Any] | None = None,
+    ) -> None:
+        self.counters, self.optimizers, self.schedulers, self.backward = counters, optimizers, schedulers, backward
+        self.optimizer_step = optimizer_step
+
+
+class ManualOptimizer:
+    """An optimizer as ``self.optimizers()`` gives it (Lightning's ``LightningOptimizer``).
+
+    ``step()`` goes through the precision plugin and counts one optimizer step (``global_step``);
+    everything else is the optimizer's own.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, view: ModuleView) -> None:
+        self.optimizer, self._view = optimizer, view
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        view = self._view
+        out = (
+            self.optimizer.step(closure)
+            if view.optimizer_step is None
+            else view.optimizer_step(self.optimizer, closure)
+        )
+        view.counters.manual_steps += 1
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.optimizer, name)
+
 
 class Module(torch.nn.Module):
     """Subclass and implement the steps you use.
 
     A step returns a loss tensor or a dict with ``"loss"`` and other scalars;
     every returned scalar becomes a metric (``train_<name>``, ``val_<name>``,
-    ``test_<name>``). There is no ``self.log`` and no ``self.trainer``: the module
-    never sees the trainer. ``metric_modes`` says which metrics are better when
-    higher (``"max"``); by default names containing ``loss`` or ``err`` are
-    ``"min"`` and all others ``"max"``.
+    ``test_<name>``). ``self.log(name, value)`` records a metric under ``name``
+    with Lightning's options (docs/porting.md). Lightning's hook methods
+    (``on_train_epoch_end``, ...) are called at their states of the chart. There is
+    no ``self.trainer``: the module never sees the trainer; ``self.current_epoch``
+    and ``self.global_step`` read the counters. ``metric_modes`` says which
+    metrics are better when higher (``"max"``); by default names containing
+    ``loss`` or ``err`` are ``"min"`` and all others ``"max"``.
+    Set ``automatic_optimization = False`` to step the optimizers yourself in
+    ``training_step`` (``self.optimizers()``, ``self.manual_backward(loss)``).
     """
 
     metric_modes: ClassVar[Mapping[str, str]] = {}
+    automatic_optimization: bool = True
 
     @property
     def hparams(self) -> AttributeDict:
@@ -158,3 +216,163 @@ class Module(torch.nn.Module):
             return self.metric_modes[metric]
         lowered = metric.lower()
         return "min" if ("loss" in lowered or "err" in lowered) else "max"
+
+    # -- logging ---------------------------------------------------------------------
+    def log(
+        self,
+        name: str,
+        value: Any,
+        prog_bar: bool = False,
+        logger: bool = True,
+        on_step: bool | None = None,
+        on_epoch: bool | None = None,
+        reduce_fx: str | Callable[..., Any] = "mean",
+        sync_dist: bool = False,
+        batch_size: int | None = None,
+        **unsupported: Any,
+    ) -> None:
+        """Record a metric, as Lightning's ``LightningModule.log`` (same options and defaults).
+
+        ``on_step``/``on_epoch`` default by where it is called (``training_step``: step only;
+        evaluation steps and epoch hooks: epoch only); with both, the metric is named
+        ``<name>_step`` and ``<name>_epoch``. The epoch value is ``reduce_fx`` over the epoch
+        (``"mean"``: weighted by ``batch_size``, inferred from the batch when not given).
+        The value is buffered here and leaves with the step's outputs as updates.
+        """
+        if unsupported:
+            raise TypeError(
+                f"self.log({name!r}) got unsupported options {sorted(unsupported)}; interlock supports prog_bar, "
+                "logger, on_step, on_epoch, reduce_fx, sync_dist and batch_size"
+            )
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"self.log name must be a non-empty str, got {name!r}")
+        if isinstance(value, Mapping):
+            raise TypeError(f"self.log({name!r}) got a dict; use self.log_dict({{...}}) for several metrics")
+        if isinstance(value, torch.Tensor):
+            if value.numel() != 1:
+                raise ValueError(
+                    f"self.log({name!r}) needs a scalar, got a tensor of shape {tuple(value.shape)}; reduce it first"
+                )
+            value = value.detach()
+        elif isinstance(value, bool) or not isinstance(value, int | float):
+            raise TypeError(f"self.log({name!r}, {value!r}): the value must be a number or a one-element tensor")
+        if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+            raise ValueError(f"self.log({name!r}, batch_size={batch_size!r}): give an int >= 1 or leave it None")
+        entry = LogEntry(
+            name, value, on_step, on_epoch, check_reduce(name, reduce_fx), bool(prog_bar), bool(logger),
+            bool(sync_dist), batch_size,
+        )  # fmt: skip
+        logs = self.__dict__.get("_interlock_logs")
+        if logs is None:
+            self.__dict__["_interlock_logs"] = [entry]
+        else:
+            logs.append(entry)
+
+    def log_dict(
+        self,
+        dictionary: Mapping[str, Any],
+        prog_bar: bool = False,
+        logger: bool = True,
+        on_step: bool | None = None,
+        on_epoch: bool | None = None,
+        reduce_fx: str | Callable[..., Any] = "mean",
+        sync_dist: bool = False,
+        batch_size: int | None = None,
+    ) -> None:
+        """``self.log`` for each item of ``dictionary``, with the same options."""
+        if not isinstance(dictionary, Mapping):
+            raise TypeError(f"self.log_dict needs a dict of name -> value, got {type(dictionary).__name__}")
+        for name, value in dictionary.items():
+            self.log(name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, batch_size)
+
+    # -- what the running stage shows the module --------------------------------------------
+    def attach(self, view: ModuleView | None) -> None:
+        """Called by the runtime: show the module the running stage's view (``None``: none)."""
+        self.__dict__["_interlock_view"] = view
+
+    def _view(self, what: str) -> ModuleView:
+        view = self.__dict__.get("_interlock_view")
+        if view is None:
+            raise RuntimeError(f"self.{what} is only available while a Trainer runs this module (fit/validate/...)")
+        return view  # type: ignore[no-any-return]
+
+    @property
+    def current_epoch(self) -> int:
+        """The current training epoch (0-based), as Lightning's; 0 outside a run."""
+        view = self.__dict__.get("_interlock_view")
+        return 0 if view is None else int(view.counters.epoch)
+
+    @property
+    def global_step(self) -> int:
+        """Optimizer steps taken so far, as Lightning's; 0 outside a run."""
+        view = self.__dict__.get("_interlock_view")
+        return 0 if view is None else int(view.counters.global_step)
+
+    def optimizers(self, use_pl_optimizer: bool = True) -> Any:
+        """The optimizer, or the list of them when there are several (as Lightning's).
+
+        Each one's ``step()`` goes through the precision plugin and counts as an optimizer step (``global_step``).
+        """
+        view = self._view("optimizers()")
+        opts = [ManualOptimizer(o, view) for o in view.optimizers]
+        return opts[0] if len(opts) == 1 else opts
+
+    def lr_schedulers(self) -> Any:
+        """The LR scheduler, the list of them, or ``None`` (as Lightning's)."""
+        scheds = [s.scheduler for s in self._view("lr_schedulers()").schedulers]
+        if not scheds:
+            return None
+        return scheds[0] if len(scheds) == 1 else scheds
+
+    def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """Backward through the precision plugin (loss scaling under ``16-mixed``), for manual optimization."""
+        self._view("manual_backward()").backward(loss, *args, **kwargs)
+
+    def toggle_optimizer(self, optimizer: Any) -> None:
+        """Only ``optimizer``'s parameters require grad until :meth:`untoggle_optimizer` (as Lightning's)."""
+        optimizer = getattr(optimizer, "optimizer", optimizer)
+        mine = {id(p) for g in optimizer.param_groups for p in g["params"]}
+        saved: dict[int, bool] = {}
+        for opt in self._view("toggle_optimizer()").optimizers:
+            for group in opt.param_groups:
+                for p in group["params"]:
+                    if id(p) not in mine and id(p) not in saved:
+                        saved[id(p)] = p.requires_grad
+                        p.requires_grad = False
+        self.__dict__["_interlock_toggled"] = saved
+
+    def untoggle_optimizer(self, optimizer: Any) -> None:
+        """Restore ``requires_grad`` as it was before :meth:`toggle_optimizer`."""
+        saved = self.__dict__.pop("_interlock_toggled", {})
+        for p in self.parameters():
+            if id(p) in saved:
+                p.requires_grad = saved[id(p)]
+
+    def clip_gradients(
+        self, optimizer: Any, gradient_clip_val: float | None = None, gradient_clip_algorithm: str | None = None
+    ) -> None:
+        """Clip the gradients of ``optimizer``'s parameters (``"norm"``, the default, or ``"value"``)."""
+        if gradient_clip_val is None:
+            return
+        optimizer = getattr(optimizer, "optimizer", optimizer)
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        algorithm = gradient_clip_algorithm or "norm"
+        if algorithm == "norm":
+            torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)
+        elif algorithm == "value":
+            torch.nn.utils.clip_grad_value_(params, gradient_clip_val)
+        else:
+            raise ValueError(f"gradient_clip_algorithm={algorithm!r}; choose 'norm' or 'value'")
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled and deep-copied without the running stage's view and the log buffer."""
+        state = dict(super().__getstate__())
+        state.pop("_interlock_view", None)
+        state.pop("_interlock_logs", None)
+        state.pop("_interlock_toggled", None)
+        return state
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "trainer":
+            raise AttributeError(_NO_TRAINER)
+        return super().__getattr__(name)

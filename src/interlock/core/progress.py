@@ -18,10 +18,12 @@ __all__ = ["COUNTER_OPS", "Counters", "compose"]
 class Counters:
     """Mutable twin of :class:`Progress`, owned by the runtime."""
 
-    __slots__ = ("batch_idx", "epoch", "eval_batch_idx", "global_step", "train_batches")
+    __slots__ = ("batch_idx", "epoch", "eval_batch_idx", "global_step", "manual_steps", "train_batches")
 
     def __init__(self) -> None:
         self.epoch = self.global_step = self.batch_idx = self.eval_batch_idx = self.train_batches = 0
+        #: optimizer steps a manual-optimization training_step took; the ``manual`` operation counts them
+        self.manual_steps = 0
 
     @classmethod
     def from_progress(cls, progress: Progress) -> Counters:
@@ -58,6 +60,13 @@ def _step_batch(c: Counters) -> None:
     c.train_batches += 1
 
 
+def _manual(c: Counters) -> None:
+    c.global_step += c.manual_steps
+    c.manual_steps = 0
+    c.batch_idx += 1
+    c.train_batches += 1
+
+
 def _eval_reset(c: Counters) -> None:
     c.eval_batch_idx = 0
 
@@ -71,6 +80,7 @@ COUNTER_OPS: dict[str, Callable[[Counters], None]] = {
     "epoch": _epoch,
     "batch": _batch,
     "step": _step,
+    "manual": _manual,
     "eval_reset": _eval_reset,
     "eval_batch": _eval_batch,
 }

@@ -26,12 +26,18 @@ if TYPE_CHECKING:
     from interlock.core.run import Run
     from interlock.core.updates import Update
 
-__all__ = ["Action", "Guard", "Registry"]
+__all__ = ["NOOP", "Action", "Guard", "Registry"]
 
 #: A bound action: runs the work, returns ``None``, an update or a list of updates.
 Action = Callable[[], Any]
 #: A bound guard: whether a transition may be taken now.
 Guard = Callable[[], bool]
+
+
+def NOOP() -> None:  # a constant: the runtime compares bound actions with it by identity
+    """A bound action with nothing to do this stage (an undefined module hook): the runtime skips it."""
+
+
 ActionBinder = Callable[["Run", Mapping[str, Any]], Action]
 GuardBinder = Callable[["Run", Mapping[str, Any]], Guard]
 EffectBinder = Callable[["Run"], Callable[[Any], None]]

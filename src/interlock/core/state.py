@@ -150,6 +150,8 @@ class TrainerState:
     best_metrics: Mapping[str, float] = attrs.field(factory=dict, converter=freeze)
     history: History = attrs.field(factory=History, converter=_history)
     eval_sums: Mapping[str, float] = attrs.field(factory=dict, converter=freeze)
+    #: running epoch reductions of what the module logged with ``self.log`` (``<loop>/<name>`` -> row)
+    logged: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict, converter=freeze)
     data: Mapping[str, Any] = attrs.field(factory=dict, converter=freeze)
     listeners: Mapping[str, Any] = attrs.field(factory=dict, converter=freeze)
     seed: int | None = None
@@ -257,6 +259,9 @@ def _check_plain(data: Mapping[str, Any]) -> None:
             raise ValueError(
                 f"state 'listeners'[{name!r}] must be a mapping (a listener's stored state), got {value!r:.80}"
             )
+    for name, value in mapping("logged").items():
+        if not isinstance(value, Mapping) or not _number(value.get("value")) or not _number(value.get("weight")):
+            raise ValueError(f"state 'logged'[{name!r}] must be a mapping with number 'value' and 'weight'")
     mapping("data")
     history = data.get("history", ())
     if not isinstance(history, list | tuple | History):

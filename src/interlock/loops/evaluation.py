@@ -21,7 +21,8 @@ from typing import Any
 import torch
 
 from interlock.connectors.data import Feed
-from interlock.connectors.metrics import batch_size, scalars
+from interlock.connectors.metrics import batch_size, logged_values, scalars
+from interlock.core.logging import AddLogged, take
 from interlock.core.registry import Action, Guard, Registry
 from interlock.core.run import Run
 from interlock.core.updates import AddEvalSums, AppendHistory, LogMetrics, Update
@@ -83,8 +84,8 @@ def register(reg: Registry) -> None:
 
     @reg.action("eval.reset")
     def reset(run: Run, params: Mapping[str, Any]) -> Action:
-        """Start the loop's metric sums from zero."""
-        return lambda: AddEvalSums(None)
+        """Start the loop's metric sums (and what the module logs in it) from zero."""
+        return lambda: [AddEvalSums(None), AddLogged(clear="eval")]
 
     @reg.action("eval.fetch")
     def fetch(run: Run, params: Mapping[str, Any]) -> Action:
@@ -118,8 +119,12 @@ def register(reg: Registry) -> None:
         prefix = str(params.get("metrics", ""))
         collect = bool(params.get("collect", False))
         step = run.step
+        mdict = run.module.__dict__
 
-        def act() -> Update | None:
+        def infer() -> int:
+            return batch_size(step.batch)
+
+        def act() -> Update | list[Update] | None:
             fn = run.steps.get(name) or getattr(run.module, name)
             call = run.hardware.precision.forward(fn, run.device.type)
             with torch.no_grad():
@@ -127,11 +132,13 @@ def register(reg: Registry) -> None:
             if collect:
                 run.predictions.append(outputs)
                 return None
+            logs = mdict.get("_interlock_logs")
+            logged = take(logs, name, "eval", infer) if logs else []
             values = scalars(outputs, prefix or "val")
             if not values:
-                return None
+                return logged or None
             n = batch_size(step.batch)
-            return AddEvalSums({**{k: v * n for k, v in values.items()}, "__count__": float(n)})
+            return [AddEvalSums({**{k: v * n for k, v in values.items()}, "__count__": float(n)}), *logged]
 
         return act
 
@@ -159,14 +166,17 @@ def register(reg: Registry) -> None:
 
         def act() -> list[Update]:
             if not prefix:
-                return [AddEvalSums(None)]
+                return [AddEvalSums(None), AddLogged(clear="eval")]
             metrics = means(run.facts.eval_sums)
             reduce = run.dist.reduce_metrics if run.dist is not None else None
             if reduce is not None:
                 metrics = reduce(metrics)
+            logged, hidden = logged_values(run, "eval")
+            metrics.update(logged)
             run.results.update(metrics)
             c = run.counters
-            row = {"stage": prefix, "epoch": c.epoch, "global_step": c.global_step, **metrics}
-            return [LogMetrics(metrics), AppendHistory(row), AddEvalSums(None)]
+            shown = {k: v for k, v in metrics.items() if k not in hidden}
+            row = {"stage": prefix, "epoch": c.epoch, "global_step": c.global_step, **shown}
+            return [LogMetrics(metrics), AppendHistory(row), AddEvalSums(None), AddLogged(clear="eval")]
 
         return act

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from interlock.connectors.metrics import loss_of
+from interlock.connectors.metrics import batch_size, loss_of
+from interlock.core.logging import take
 from interlock.core.registry import Action, Registry
 from interlock.core.run import Run
 
@@ -39,8 +40,13 @@ def register(reg: Registry) -> None:
         step, steps, precision = run.step, run.steps, run.hardware.precision
         wrap = None if precision.is_plain else precision.forward
         feed: Any = None
+        mdict = run.module.__dict__  # what the module logs is buffered here (self.log)
+        manual = getattr(run.module, "automatic_optimization", True) is False
 
-        def act() -> None:
+        def infer() -> int:
+            return batch_size(step.batch)
+
+        def act() -> list[Any] | None:
             nonlocal feed
             if feed is None:  # the data exists once setup ran
                 feed = run.feeds["train"]
@@ -49,7 +55,9 @@ def register(reg: Registry) -> None:
             if wrap is not None:
                 fn = wrap(fn, run.device.type)
             step.outputs = feed.last_outputs = outputs = fn(step.batch, step.index)
-            step.loss = loss_of(outputs)
+            step.loss = loss_of(outputs) if not manual else None
+            logs = mdict.get("_interlock_logs")
+            return take(logs, "training_step", "train", infer) if logs else None
 
         return act
 

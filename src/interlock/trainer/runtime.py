@@ -32,7 +32,7 @@ from interlock.core.chart import ActionRef, Chart, Transition, TransitionSpec
 from interlock.core.errors import Preempted, add_note
 from interlock.core.events import Event, EventBus
 from interlock.core.progress import COUNTER_OPS, Counters, compose
-from interlock.core.registry import Registry
+from interlock.core.registry import NOOP, Registry
 from interlock.core.run import Run
 from interlock.core.state import TrainerState
 from interlock.core.updates import (
@@ -292,15 +292,15 @@ class Runtime:
         def edge(t: Transition) -> _Edge:
             e = _Edge(t.trigger, t.guard)
             e.guard = guard(t.guard, t.source) if t.guard is not None else None
-            e.actions = tuple(action(a) for a in t.actions)
-            e.enters = tuple(action(a) for a in t.enters)
+            e.actions = tuple(f for f in (action(a) for a in t.actions) if f is not NOOP)
+            e.enters = tuple(f for f in (action(a) for a in t.enters) if f is not NOOP)
             e.ops = compose(t.count)
             e.dest = nodes[t.dest]
             return e
 
         for leaf, spec in chart.leaf_specs.items():
             node = nodes[leaf]
-            node.entry = tuple(action(a) for a in spec.entry)
+            node.entry = tuple(f for f in (action(a) for a in spec.entry) if f is not NOOP)
             node.always = tuple(edge(t) for t in spec.always)
             node.on = {k: edge(t) for k, t in spec.on.items()}
             node.keys = spec.payload

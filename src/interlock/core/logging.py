@@ -1,0 +1,169 @@
+"""``self.log``: what a module logs, Lightning's per-hook defaults, and the updates it becomes.
+
+The module buffers :class:`LogEntry` values; the action that called the step or hook
+takes them (:func:`take`) and returns updates: a :class:`~interlock.core.updates.LogMetrics`
+for step-level values and an :class:`AddLogged` for epoch-level ones, whose running
+reductions live in ``state.logged`` (so a run saved mid-epoch resumes them exactly).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+import torch
+
+from interlock.core.state import TrainerState
+from interlock.core.updates import Change, LogMetrics, Update
+
+__all__ = ["DEFAULTS", "AddLogged", "LogEntry", "check_reduce", "epoch_values", "take"]
+
+_REDUCE = {"mean": "mean", "avg": "mean", "sum": "sum", "max": "max", "min": "min"}
+_TORCH_REDUCE = {torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min"}
+
+_STEP = (True, False)  # default on_step, on_epoch
+_EPOCH = (False, True)
+_EPOCH_ONLY = (False, True, True)  # on_step not allowed
+#: Lightning 2.6.6's defaults per hook (``_FxValidator``): (on_step, on_epoch[, epoch only]); absent: no logging.
+DEFAULTS: dict[str, tuple[bool, ...]] = {
+    **dict.fromkeys(
+        ("training_step", "on_train_batch_start", "on_train_batch_end", "on_before_backward", "on_after_backward",
+         "on_before_optimizer_step", "on_before_zero_grad"), _STEP,
+    ),
+    **dict.fromkeys(
+        ("validation_step", "test_step", "on_validation_batch_start", "on_validation_batch_end",
+         "on_test_batch_start", "on_test_batch_end"), _EPOCH,
+    ),
+    **dict.fromkeys(
+        ("on_train_start", "on_train_epoch_start", "on_train_epoch_end", "on_validation_start",
+         "on_validation_epoch_start", "on_validation_epoch_end", "on_test_start", "on_test_epoch_start",
+         "on_test_epoch_end"), _EPOCH_ONLY,
+    ),
+}  # fmt: skip
+
+
+def check_reduce(name: str, reduce_fx: str | Callable[..., Any]) -> str:
+    """``"mean"``, ``"sum"``, ``"max"`` or ``"min"`` for ``reduce_fx`` (a name or ``torch.mean``...)."""
+    if isinstance(reduce_fx, str) and reduce_fx.lower() in _REDUCE:
+        return _REDUCE[reduce_fx.lower()]
+    if callable(reduce_fx) and reduce_fx in _TORCH_REDUCE:
+        return _TORCH_REDUCE[reduce_fx]
+    raise ValueError(
+        f"self.log({name!r}, reduce_fx={reduce_fx!r}): only 'mean', 'sum', 'max', 'min' (or torch.mean, torch.sum, "
+        "torch.max, torch.min) are supported, as in Lightning"
+    )
+
+
+@attrs.define(slots=True)
+class LogEntry:
+    """One ``self.log`` call, as buffered on the module."""
+
+    name: str
+    value: Any
+    on_step: bool | None
+    on_epoch: bool | None
+    reduce: str
+    prog_bar: bool
+    logger: bool
+    sync_dist: bool
+    batch_size: int | None
+
+
+@attrs.frozen
+class AddLogged(Change):
+    """Fold epoch-level logged values into ``state.logged`` (``items`` empty and ``clear``: drop a loop's)."""
+
+    items: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+    clear: str = ""
+
+    def changes(self, state: TrainerState) -> dict[str, Any]:
+        logged = dict(state.logged)
+        if self.clear:
+            logged = {k: v for k, v in logged.items() if not k.startswith(f"{self.clear}/")}
+        for key, new in self.items:
+            old = logged.get(key)
+            if old is None:
+                logged[key] = new
+                continue
+            value, weight, how = old["value"], old["weight"], new["reduce"]
+            if how in {"mean", "sum"}:
+                value = value + new["value"]
+            elif how == "max":
+                value = max(value, new["value"])
+            else:
+                value = min(value, new["value"])
+            logged[key] = {**new, "value": value, "weight": weight + new["weight"]}
+        return {"logged": logged}
+
+
+def _float(name: str, value: Any) -> float:
+    return float(value.item()) if isinstance(value, torch.Tensor) else float(value)
+
+
+def take(logs: list[LogEntry], fx: str, loop: str, infer: Callable[[], int] | None = None) -> list[Update]:
+    """The updates for what was logged in ``fx`` (``loop``: ``train`` or ``eval``); empties ``logs``.
+
+    ``infer`` gives the batch size of the batch in flight (a mean's weight when ``batch_size`` is not given).
+    """
+    entries, logs[:] = list(logs), []
+    defaults = DEFAULTS.get(fx)
+    if defaults is None:
+        raise RuntimeError(
+            f"self.log() inside {fx} is not supported (as in Lightning); log from a step or an epoch hook instead"
+        )
+    step_metrics: dict[str, float] = {}
+    items: list[tuple[str, Mapping[str, Any]]] = []
+    inferred: int | None = None
+    for e in entries:
+        on_step = defaults[0] if e.on_step is None else e.on_step
+        on_epoch = defaults[1] if e.on_epoch is None else e.on_epoch
+        if on_step and len(defaults) > 2:
+            raise ValueError(f"self.log({e.name!r}, on_step=True) is not allowed in {fx}; it runs once an epoch")
+        value = _float(e.name, e.value)
+        if on_step:
+            step_metrics[f"{e.name}_step" if on_epoch else e.name] = value
+        if on_epoch:
+            n = e.batch_size
+            if n is None and e.reduce == "mean":
+                if inferred is None:
+                    inferred = infer() if infer is not None else 1
+                n = inferred
+            weight = float(n or 1)
+            row = {
+                "name": f"{e.name}_epoch" if on_step else e.name,
+                "reduce": e.reduce,
+                "value": value * weight if e.reduce == "mean" else value,
+                "weight": weight,
+                "sync_dist": e.sync_dist,
+                "prog_bar": e.prog_bar,
+                "logger": e.logger,
+            }
+            items.append((f"{loop}/{e.name}", row))
+    out: list[Update] = []
+    if step_metrics:
+        out.append(LogMetrics(step_metrics))
+    if items:
+        out.append(AddLogged(tuple(items)))
+    return out
+
+
+def epoch_values(state: TrainerState, loop: str) -> tuple[dict[str, float], set[str], set[str]]:
+    """``loop``'s epoch-level logged values; the names to average over processes; those kept from loggers."""
+    values: dict[str, float] = {}
+    sync: set[str] = set()
+    hidden: set[str] = set()
+    prefix = f"{loop}/"
+    for key, row in state.logged.items():
+        if not key.startswith(prefix):
+            continue
+        name = str(row["name"])
+        value = float(row["value"])
+        if row["reduce"] == "mean":
+            value = value / float(row["weight"]) if row["weight"] else 0.0
+        values[name] = value
+        if row["sync_dist"]:
+            sync.add(name)
+        if not row["logger"]:
+            hidden.add(name)
+    return values, sync, hidden
