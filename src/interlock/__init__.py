@@ -11,6 +11,7 @@ from interlock.core.errors import (
     Preempted,
     RunDirectoryInUse,
 )
+from interlock.core.datamodule import DataModule
 from interlock.core.events import Event, Listener, listen, observe
 from interlock.core.module import Module
 from interlock.core.state import Progress, TrainerState
@@ -33,6 +34,7 @@ __all__ = [
     "ChartError",
     "CheckpointError",
     "ConflictingUpdates",
+    "DataModule",
     "Event",
     "IllegalTransition",
     "InterlockError",
