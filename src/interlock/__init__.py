@@ -1,6 +1,7 @@
 """interlock: a PyTorch trainer whose training lifecycle is an explicit statechart."""
 
 from interlock.core.chart import Chart, load_chart
+from interlock.core.datamodule import DataModule
 from interlock.core.errors import (
     ChartError,
     CheckpointError,
@@ -11,7 +12,6 @@ from interlock.core.errors import (
     Preempted,
     RunDirectoryInUse,
 )
-from interlock.core.datamodule import DataModule
 from interlock.core.events import Event, Listener, listen, observe
 from interlock.core.module import Module
 from interlock.core.state import Progress, TrainerState

@@ -20,6 +20,7 @@ resumes it exactly.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from typing import Any
 
@@ -66,6 +67,20 @@ def _finished(run: Run, params: Mapping[str, Any], feed: Feed) -> bool:
 def _open(run: Run, params: Mapping[str, Any], feed: Feed, start: int) -> None:
     feed.exhausted = False
     feed.it = feed.data.iterate(start) if _limit(run, params, feed) != 0 else iter(())
+
+
+def _check_takes_index(module: Any, name: str, count: int) -> None:
+    """``TypeError`` when the step cannot take the ``dataloader_idx`` that several loaders pass (as Lightning)."""
+    try:
+        inspect.signature(getattr(module, name)).bind(None, 0, 0)
+    except TypeError:
+        raise TypeError(
+            f"{type(module).__name__}.{name}() gets {count} loaders but takes no dataloader_idx: define "
+            f"{name}(self, batch, batch_idx, dataloader_idx=0) (Lightning passes it when there is more than one "
+            "loader), or pass one loader"
+        ) from None
+    except ValueError:  # no signature to read (a builtin): let the call tell
+        return
 
 
 def _params(params: Mapping[str, Any], action: str) -> tuple[str, str]:
@@ -174,6 +189,8 @@ def register(reg: Registry) -> None:
             nonlocal count
             if not count:
                 count = loader_count(run.feeds, key)
+                if count > 1:
+                    _check_takes_index(run.module, name, count)
             fn = run.steps.get(name) or getattr(run.module, name)
             call = run.hardware.precision.forward(fn, run.device.type)
             extra = (counters.eval_loader,) if count > 1 else ()  # Lightning: only with several loaders
