@@ -249,8 +249,8 @@ def split_loaders(key: str, loaders: Any) -> dict[str, Iterable[Any]]:
         if _looks_like_batch(item) or not isinstance(item, Iterable):
             raise TypeError(
                 f"the {key} loaders are a {type(loaders).__name__}, so each item is a loader (as in Lightning), but "
-                f"item {i} is a {type(item).__name__}, which looks like a batch: pass DataLoaders, or wrap a list of batches "
-                "in a list ([batches]) to make it one loader"
+                f"item {i} is a {type(item).__name__}, which looks like a batch: pass DataLoaders, or wrap a list "
+                "of batches in a list ([batches]) to make it one loader"
             )
     return {feed_key(key, i): loader for i, loader in enumerate(loaders)}
 
