@@ -41,6 +41,12 @@ class LitTwin(pl.LightningModule):  # type: ignore[misc, name-defined]
         self.at: tuple[int, int] = (0, -1)
         self.stop_at = stop_at
 
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(x)  # type: ignore[no-any-return]
+
+    def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> torch.Tensor:
+        return self(batch[0])  # type: ignore[no-any-return]
+
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         self.at = (self.current_epoch, batch_idx)
         if self.stop_at is not None and self.global_step + 1 == self.stop_at:
@@ -65,6 +71,9 @@ class Twin(interlock.Module):
         super().__init__()
         torch.manual_seed(0)
         self.layer = torch.nn.Linear(3, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(x)  # type: ignore[no-any-return]
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         return _loss(self.layer, batch)
