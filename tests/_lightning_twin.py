@@ -30,7 +30,7 @@ def _loss(layer: torch.nn.Module, batch: Any) -> torch.Tensor:
     return torch.nn.functional.mse_loss(layer(batch[0]), batch[1])
 
 
-class LitTwin(pl.LightningModule):  # type: ignore[misc, name-defined]
+class LitTwin(pl.LightningModule):  # type: ignore[name-defined]
     """Records (sanity?, (epoch, train batch), batch_idx, dataloader_idx) for every validation batch."""
 
     def __init__(self, stop_at: int | None = None) -> None:

@@ -57,7 +57,7 @@ class Data(Recorder, interlock.DataModule):
     """An interlock data module."""
 
 
-class LitData(Recorder, pl.LightningDataModule):  # type: ignore[misc, name-defined]
+class LitData(Recorder, pl.LightningDataModule):
     """The same, as a LightningDataModule."""
 
     def __init__(self) -> None:

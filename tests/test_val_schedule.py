@@ -10,7 +10,7 @@ import pytest
 import interlock
 from _lightning_twin import LitTwin, Twin, interlock_trainer, lightning_trainer, loader
 
-CASES = {
+CASES: dict[str, dict[str, Any]] = {
     "float interval that does not divide the epoch": {"max_epochs": 1, "val_check_interval": 0.3},
     "max_steps mid-epoch": {"max_steps": 5},
     "max_steps mid-epoch with an int interval": {"max_steps": 5, "val_check_interval": 3},
