@@ -327,14 +327,18 @@ def register(reg: Registry) -> None:
 
     @reg.action("data.prepare")
     def prepare(run: Run, params: Mapping[str, Any]) -> Action:
-        """The data module's ``prepare_data()``: once per machine (local rank 0), the others wait."""
+        """The data module's ``prepare_data()``: once per machine (local rank 0), the others wait.
+
+        ``prepare_data_per_node = False`` on the data module: once in all (global rank 0), as in Lightning.
+        """
 
         def act() -> None:
             dm = run.plan.datamodule
             if dm is None or not callable(getattr(dm, "prepare_data", None)):
                 return
             strategy = run.hardware.strategy
-            if getattr(strategy, "local_rank", 0) == 0:
+            per_node = getattr(dm, "prepare_data_per_node", True)
+            if (getattr(strategy, "local_rank", 0) == 0) if per_node else strategy.is_global_zero:
                 dm.prepare_data()
             strategy.barrier()
 

@@ -32,7 +32,10 @@ class DataModule:
     ``prepare_data`` runs once per machine (local rank 0) before the others; assign
     no state there. ``setup(stage)`` runs in every process with ``stage`` one of
     ``"fit"``, ``"validate"``, ``"test"``, ``"predict"``; ``teardown(stage)`` after.
+    Set ``prepare_data_per_node = False`` to prepare once in all (global rank 0).
     """
+
+    prepare_data_per_node: bool = True
 
     def prepare_data(self) -> None:
         """Download or write data to disk (one process per machine)."""
