@@ -112,7 +112,7 @@ def test_every_chart_transition_is_exercised(tmp_path: Any) -> None:
     taken |= run(lambda t: None, tmp=tmp_path, _train=stream, check_val_every_n_epoch=None, val_check_interval=100)
     # several loaders: the next one starts when one reaches its limit (batch end) or runs out (fetch)
     two = [loader(16, 8), loader(16, 8)]
-    limits = {"limit_val_batches": 1, "limit_test_batches": 1, "limit_predict_batches": 1}
+    limits: dict[str, Any] = {"limit_val_batches": 1, "limit_test_batches": 1, "limit_predict_batches": 1}
     taken |= run(lambda t: None, tmp=tmp_path, _other=two, _module=Indexed, **limits)
     taken |= run(lambda t: None, tmp=tmp_path, _other=[stream, loader(16, 8)], _module=Indexed, num_sanity_val_steps=-1)
     for stage in ("validate", "test", "predict"):
