@@ -198,7 +198,7 @@ def spawn(out: Path) -> dict[str, Any]:
     module = Net()
     trainer = make_trainer(out, max_epochs=2, strategy="ddp_spawn", devices=2)
     trainer.fit(module, DataLoader(dataset(), batch_size=RANK_BATCH))
-    result["validate"] = trainer.validate(module, DataLoader(dataset(32, seed=1), batch_size=4))
+    result["validate"] = trainer.validate(module, DataLoader(dataset(32, seed=1), batch_size=4))[0]
     result["single"] = equivalence(out, "ddp", devices=1)
     return result
 

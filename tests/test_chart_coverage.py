@@ -50,7 +50,8 @@ def run(
     flags = {"max_epochs": 1, "listeners": [], "default_root_dir": tmp, "num_sanity_val_steps": 1, **flags}
     train = flags.pop("_train", None)
     other = flags.pop("_other", None)
-    module = flags.pop("_module", None) or TinyModule()
+    given = flags.pop("_module", TinyModule)
+    module = given() if isinstance(given, type) else given
     trainer = interlock.Trainer(**flags)
     trace = record(trainer)
     setup(trainer)
@@ -80,6 +81,18 @@ class ManualTiny(TinyModule):
         opt.step()
         opt.zero_grad()
         return loss
+
+
+class Indexed(TinyModule):
+    """Steps that take the dataloader_idx several loaders pass."""
+
+    def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> dict[str, torch.Tensor]:
+        return super().validation_step(batch, batch_idx)
+
+    test_step = validation_step
+
+    def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Any:
+        return super().predict_step(batch, batch_idx)
 
 
 def raiser(exc: BaseException) -> Callable[[Any], None]:
@@ -113,6 +126,14 @@ def test_every_chart_transition_is_exercised(tmp_path: Any) -> None:
         taken |= run(lambda t: None, stage, tmp=tmp_path, _other=stream)
     taken |= run(lambda t: None, tmp=tmp_path, _train=stream)  # exhausted at fetch -> validate
     taken |= run(lambda t: None, tmp=tmp_path, _train=stream, check_val_every_n_epoch=None, val_check_interval=100)
+    # several loaders: the next one starts when one reaches its limit (batch end) or runs out (fetch)
+    two = [loader(16, 8), loader(16, 8)]
+    limits: dict[str, Any] = {"limit_val_batches": 1, "limit_test_batches": 1, "limit_predict_batches": 1}
+    taken |= run(lambda t: None, tmp=tmp_path, _other=two, _module=Indexed, **limits)
+    taken |= run(lambda t: None, tmp=tmp_path, _other=[stream, loader(16, 8)], _module=Indexed, num_sanity_val_steps=-1)
+    for stage in ("validate", "test", "predict"):
+        taken |= run(lambda t: None, stage, tmp=tmp_path, _other=two, _module=Indexed, **limits)
+        taken |= run(lambda t: None, stage, tmp=tmp_path, _other=[stream, loader(16, 8)], _module=Indexed)
     taken |= run(lambda t: None, tmp=tmp_path, max_epochs=0)  # sanity check, then no training
     taken |= run(lambda t: None, tmp=tmp_path, max_epochs=0, num_sanity_val_steps=0)  # nothing at all
     # a preemption signal at a training batch end, a validation batch and an epoch end saves and stops there

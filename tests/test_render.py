@@ -314,7 +314,10 @@ def test_states_show_their_entry_and_exit_actions(chart: Chart) -> None:
     assert 'state "val<br>entry / data.reenter, eval.open<br>exit / eval.close" as fit__train__val {' in text
     assert _dot_node_text(dot, "fit__train__batch__fetch") == "fetch\nentry / data.fetch"
     assert _dot_node_text(dot, "fit__train__batch__end") == "end\nentry / module.on_train_batch_end,\nsignals.vote"
-    assert _dot_cluster_text(dot, "fit__sanity") == "sanity\nentry / rng.isolate, eval.open\nexit / eval.close, rng.restore"
+    assert (
+        _dot_cluster_text(dot, "fit__sanity")
+        == "sanity\nentry / rng.isolate, eval.open\nexit / eval.close, rng.restore"
+    )
     assert 'point-size="8"' in _dot_node_label(dot, "fit__train__batch__fetch")  # the actions in small type
     for path, spec in chart.states.items():
         if spec.children:

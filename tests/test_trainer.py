@@ -192,21 +192,21 @@ def test_trainer_is_reusable_after_a_failure(trainer_factory: Any) -> None:
     trainer = trainer_factory(max_epochs=1)
     with pytest.raises(ValueError):
         trainer.fit(Boom(at=0), loader())
-    metrics = trainer.test(TinyModule(), loader(32, 8))
+    (metrics,) = trainer.test(TinyModule(), loader(32, 8))
     assert set(metrics) == {"test_loss", "test_acc"} and trainer.state.chart == "finished"
 
 
 def test_validate_test_predict_return_what_they_compute(trainer_factory: Any) -> None:
-    """validate/test return size-weighted means of step scalars; predict returns each batch's output."""
+    """validate/test return size-weighted means of step scalars (one dict per loader); predict each batch's output."""
     torch.manual_seed(0)
     module = TinyModule()
     trainer = trainer_factory()
     data = loader(30, 8)
-    val = trainer.validate(module, data)
+    (val,) = trainer.validate(module, data)
     losses = [(module.validation_step(b, i)["loss"].item(), len(b[0])) for i, b in enumerate(data)]
     expected = sum(v * n for v, n in losses) / 30
     assert val["val_loss"] == pytest.approx(expected, rel=1e-6)
-    assert trainer.test(module, data)["test_loss"] == pytest.approx(expected, rel=1e-6)
+    assert trainer.test(module, data)[0]["test_loss"] == pytest.approx(expected, rel=1e-6)
     preds = trainer.predict(module, data)
     assert len(preds) == 4 and preds[0].shape == (8, 2)
     assert trainer.state.stage == "predict" and trainer.state.chart == "finished"

@@ -3,6 +3,7 @@
 from interlock.connectors.rng import seed_everything
 from interlock.connectors.weights import load_checkpoint, load_lightning_weights
 from interlock.core.chart import Chart, load_chart
+from interlock.core.datamodule import DataModule
 from interlock.core.errors import (
     ChartError,
     CheckpointError,
@@ -35,6 +36,7 @@ __all__ = [
     "ChartError",
     "CheckpointError",
     "ConflictingUpdates",
+    "DataModule",
     "Event",
     "IllegalTransition",
     "InterlockError",

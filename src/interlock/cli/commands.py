@@ -170,7 +170,8 @@ def run(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str]) -> int:
     if command == "predict":
         print(f"predictions: {len(result)} batches")
     else:
-        print(f"final metrics:\n{_format_metrics(result)}")
+        merged = {k: v for part in result for k, v in part.items()} if isinstance(result, list) else result
+        print(f"final metrics:\n{_format_metrics(merged)}")
     if server is not None:
         print(f"the view stays at {server.url} until Ctrl-C", flush=True)
         _wait_forever()

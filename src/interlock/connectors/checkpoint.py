@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from interlock.connectors.data import load_datamodule_state, with_datamodule_state
 from interlock.connectors.metrics import scalars
 from interlock.connectors.optim import Scheduler
 from interlock.connectors.resume_check import check_optimizers, check_precision, check_rng, check_schedulers
@@ -301,6 +302,7 @@ def _write(run: Run, path: str) -> None:
     train = run.feeds.get("train")
     if train is not None and train.last_outputs is not None:  # the epoch's train metrics, if resumed mid-way
         state = state.replace(data={**state.data, "last_train": scalars(train.last_outputs, "train")})
+    state = with_datamodule_state(run, state)
     strategy = run.hardware.strategy
     payload = dump(
         state,
@@ -373,6 +375,7 @@ def register(reg: Registry) -> None:
             strategy = run.hardware.strategy
             restore(ckpt, run.module, run.optimizers, run.schedulers, source, strategy)
             run.hardware.precision.load_state_dict(ckpt.get("precision", {}))
+            load_datamodule_state(run, saved)
             now = run.state  # this process's rank and run directory, not the saving process's
             restored = saved.replace(
                 stage="fit",

@@ -19,11 +19,28 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Sampler, SequentialSampler
 
 from interlock.connectors.rng import seed_workers
+from interlock.core.config import TrainerConfig
+from interlock.core.datamodule import LOADER_METHODS, provides
+from interlock.core.module import Module
 from interlock.core.registry import Action, Guard, Registry
-from interlock.core.run import Run
+from interlock.core.run import STAGE_DATA, Run
+from interlock.core.state import TrainerState, thaw
 from interlock.core.updates import SetDataPosition, Update
 
-__all__ = ["EpochData", "Feed", "PositionSampler", "check_training_data", "num_batches", "prepare_loader", "register"]
+__all__ = [
+    "EpochData",
+    "Feed",
+    "PositionSampler",
+    "check_training_data",
+    "feed_key",
+    "load_datamodule_state",
+    "loader_count",
+    "num_batches",
+    "prepare_loader",
+    "register",
+    "split_loaders",
+    "with_datamodule_state",
+]
 
 
 class PositionSampler(Sampler[int]):
@@ -205,6 +222,66 @@ class Feed:
         self.limit = num_batches(self.data.loader, limit)
 
 
+def feed_key(key: str, index: int) -> str:
+    """The feed of a loop's ``index``-th loader: ``val``, ``val#1``, ``val#2``, ..."""
+    return key if index == 0 else f"{key}#{index}"
+
+
+def loader_count(feeds: Mapping[str, Any], key: str) -> int:
+    """How many loaders the loop of ``key`` has."""
+    n = 0
+    while feed_key(key, n) in feeds:
+        n += 1
+    return n
+
+
+def _looks_like_batch(item: Any) -> bool:
+    if isinstance(item, torch.Tensor):
+        return True
+    return isinstance(item, list | tuple) and bool(item) and all(isinstance(x, torch.Tensor) for x in item)
+
+
+def split_loaders(key: str, loaders: Any) -> dict[str, Iterable[Any]]:
+    """The feeds of one loop: a list or tuple of evaluation loaders is several loaders, as in Lightning.
+
+    Training data is one loader. A list whose items look like batches (tensors, tuples of
+    tensors) is refused: wrap the batches in a ``DataLoader``, or pass ``[batches]`` as one loader.
+    """
+    if loaders is None:
+        return {}
+    if key == "train" or not isinstance(loaders, list | tuple):
+        return {key: loaders}
+    for i, item in enumerate(loaders):
+        if _looks_like_batch(item) or not isinstance(item, Iterable):
+            raise TypeError(
+                f"the {key} loaders are a {type(loaders).__name__}, so each item is a loader (as in Lightning), but "
+                f"item {i} is a {type(item).__name__}, which looks like a batch: pass DataLoaders, or wrap a list "
+                "of batches in a list ([batches]) to make it one loader"
+            )
+    return {feed_key(key, i): loader for i, loader in enumerate(loaders)}
+
+
+def with_datamodule_state(run: Run, state: TrainerState) -> TrainerState:
+    """``state`` with the data module's ``state_dict()`` in ``data["datamodule"]`` (what a checkpoint keeps)."""
+    dm = run.plan.datamodule
+    if dm is None or not callable(getattr(dm, "state_dict", None)):
+        return state
+    return state.replace(data={**state.data, "datamodule": dm.state_dict()})
+
+
+def load_datamodule_state(run: Run, state: TrainerState) -> None:
+    """Give the data module back what a checkpoint kept of it (``load_state_dict``)."""
+    dm, saved = run.plan.datamodule, state.data.get("datamodule")
+    if dm is not None and saved is not None and callable(getattr(dm, "load_state_dict", None)):
+        dm.load_state_dict(thaw(saved))
+
+
+def _needs_step(module: Any, name: str) -> bool:
+    """The module implements ``name`` (not only interlock's placeholder)."""
+    fn = getattr(type(module), name, None)
+    return fn is not None and fn is not getattr(Module, name, None)
+
+
 def _describe(loader: Any) -> str:
     dataset = getattr(loader, "dataset", None)
     if isinstance(dataset, Sized):
@@ -213,8 +290,13 @@ def _describe(loader: Any) -> str:
     return ""
 
 
-def check_training_data(feed: Feed, val_check_interval: int | float) -> None:
-    """Refuse, at set-up, training data a fit cannot use: an empty loader; a fraction of an unsized epoch."""
+def check_training_data(feed: Feed, config: TrainerConfig) -> None:
+    """Refuse, at set-up, training data a fit cannot use.
+
+    An empty loader; a fraction of an unsized epoch; an int ``val_check_interval`` longer than
+    the epoch it counts in (Lightning raises too).
+    """
+    val_check_interval = config.val_check_interval
     length = _length(feed.data.loader)
     if length == 0:
         raise ValueError(
@@ -227,6 +309,15 @@ def check_training_data(feed: Feed, val_check_interval: int | float) -> None:
             "training loader has no length (an IterableDataset?), so the epoch has none: pass an int "
             "(validate every N training batches), or set limit_train_batches=N to give the epoch a length"
         )
+    counted_per_epoch = config.check_val_every_n_epoch is not None and config.limit("val") != 0
+    too_long = feed.limit is not None and isinstance(val_check_interval, int) and val_check_interval > feed.limit
+    if counted_per_epoch and too_long:
+        raise ValueError(
+            f"Trainer(val_check_interval={val_check_interval}) is longer than the training epoch "
+            f"({feed.limit} batches), so validation would never run: pass val_check_interval <= {feed.limit}, "
+            "check_val_every_n_epoch=None to count training batches across epochs, or limit_val_batches=0 "
+            "to disable validation"
+        )
 
 
 def _no_training_data() -> None:
@@ -234,7 +325,70 @@ def _no_training_data() -> None:
 
 
 def register(reg: Registry) -> None:
-    """The data connector's actions: ``data.setup``, ``data.start_epoch``, ``data.reenter``, ``data.fetch``."""
+    """The data connector's actions.
+
+    ``data.prepare``, ``data.load``, ``data.setup``, ``data.start_epoch``, ``data.reenter``,
+    ``data.fetch`` and ``data.teardown``.
+    """
+
+    @reg.action("data.prepare")
+    def prepare(run: Run, params: Mapping[str, Any]) -> Action:
+        """The data module's ``prepare_data()``: once per machine (local rank 0), the others wait.
+
+        ``prepare_data_per_node = False`` on the data module: once in all (global rank 0), as in Lightning.
+        """
+
+        def act() -> None:
+            dm = run.plan.datamodule
+            if dm is None or not callable(getattr(dm, "prepare_data", None)):
+                return
+            strategy = run.hardware.strategy
+            per_node = getattr(dm, "prepare_data_per_node", True)
+            if (getattr(strategy, "local_rank", 0) == 0) if per_node else strategy.is_global_zero:
+                dm.prepare_data()
+            strategy.barrier()
+
+        return act
+
+    @reg.action("data.load")
+    def load(run: Run, params: Mapping[str, Any]) -> Action:
+        """The data module's ``setup(stage)``, then the stage's loaders from its ``*_dataloader()`` methods."""
+
+        def act() -> None:
+            dm = run.plan.datamodule
+            if dm is None:
+                return
+            if callable(getattr(dm, "setup", None)):
+                dm.setup(stage=run.stage)
+            first, *optional = STAGE_DATA[run.stage]
+            method = LOADER_METHODS[first]
+            if not provides(dm, first):
+                raise TypeError(
+                    f"Trainer.{run.stage}(datamodule=...) needs {type(dm).__name__}.{method}(), which it does not "
+                    "implement: add it, or pass the loaders instead"
+                )
+            keys = [first]
+            if "val" in optional and provides(dm, "val") and _needs_step(run.module, "validation_step"):
+                keys.append("val")  # Lightning skips validation when the module has no validation_step
+            for key in keys:
+                loaders = getattr(dm, LOADER_METHODS[key])()
+                if key != first and (loaders is None or (isinstance(loaders, list | tuple) and not loaders)):
+                    continue
+                for name, loader in split_loaders(key, loaders).items():
+                    run.feeds[name] = Feed(loader)
+
+        return act
+
+    @reg.action("data.teardown")
+    def teardown(run: Run, params: Mapping[str, Any]) -> Action:
+        """The data module's ``teardown(stage)``."""
+
+        def act() -> None:
+            dm = run.plan.datamodule
+            if dm is not None and run.stage and callable(getattr(dm, "teardown", None)):
+                dm.teardown(stage=run.stage)
+
+        return act
 
     @reg.action("data.setup")
     def setup(run: Run, params: Mapping[str, Any]) -> Action:
@@ -243,11 +397,11 @@ def register(reg: Registry) -> None:
         def act() -> None:
             dist, cfg = run.dist, run.config
             for key, feed in run.feeds.items():
-                limit = cfg.limit(key)
+                limit = cfg.limit(key.split("#")[0])
                 feed.prepare(dist.world_size if dist else 1, dist.rank if dist else 0, limit)
             train = run.feeds.get("train")
             if run.stage == "fit" and train is not None:
-                check_training_data(train, cfg.val_check_interval)
+                check_training_data(train, cfg)
 
         return act
 
@@ -281,7 +435,8 @@ def register(reg: Registry) -> None:
                 feed.it = iter(())  # nothing left to read: leave the loader's own state alone
             else:
                 feed.it = feed.data.iterate(counters.batch_idx, data.get("seed"), data.get("dataset"))
-            return SetDataPosition({k: v for k, v in data.items() if k not in ("dataset", "last_train")}, replace=True)
+            kept = {k: v for k, v in data.items() if k not in ("dataset", "last_train", "datamodule")}
+            return SetDataPosition(kept, replace=True)
 
         return act
 
@@ -289,15 +444,15 @@ def register(reg: Registry) -> None:
     def fetch(run: Run, params: Mapping[str, Any]) -> Action:
         """Take the next training batch (moved to the device); note when the epoch's data ran out."""
         step, counters = run.step, run.counters
-        if "train" not in run.feeds:  # a stage without training data never fetches here
+        if "train" not in run.feeds and run.plan.datamodule is None:  # a stage without training data
             return _no_training_data
-        feed = run.feeds["train"]
         prepare: Any = False
+        feed: Any = None
 
         def act() -> Update | None:
-            nonlocal prepare
+            nonlocal prepare, feed
             if prepare is False:  # bound before setup chose it: read once, on the first batch
-                prepare = run.prepare_batch
+                prepare, feed = run.prepare_batch, run.feeds["train"]
             try:
                 batch = next(feed.it)
             except StopIteration:

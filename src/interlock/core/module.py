@@ -58,6 +58,7 @@ def _plain_error(value: Any) -> str:
         return ""
     return f"a {type(value).__module__}.{type(value).__qualname__}"
 
+
 _NO_TRAINER = (
     "an interlock Module has no .trainer: the module never holds the trainer. Read the epoch and step with "
     "self.current_epoch / self.global_step, log with self.log(...), reach optimizers with self.optimizers(); "

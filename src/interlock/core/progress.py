@@ -18,10 +18,11 @@ __all__ = ["COUNTER_OPS", "Counters", "compose"]
 class Counters:
     """Mutable twin of :class:`Progress`, owned by the runtime."""
 
-    __slots__ = ("batch_idx", "epoch", "eval_batch_idx", "global_step", "manual_steps", "train_batches")
+    __slots__ = ("batch_idx", "epoch", "eval_batch_idx", "eval_loader", "global_step", "manual_steps", "train_batches")
 
     def __init__(self) -> None:
         self.epoch = self.global_step = self.batch_idx = self.eval_batch_idx = self.train_batches = 0
+        self.eval_loader = 0
         #: optimizer steps a manual-optimization training_step took; the ``manual`` operation counts them
         self.manual_steps = 0
 
@@ -35,9 +36,12 @@ class Counters:
         """Take every counter from ``progress`` (in place)."""
         self.epoch, self.global_step, self.batch_idx = progress.epoch, progress.global_step, progress.batch_idx
         self.eval_batch_idx, self.train_batches = progress.eval_batch_idx, progress.train_batches
+        self.eval_loader = progress.eval_loader
 
     def freeze(self) -> Progress:
-        return Progress(self.epoch, self.global_step, self.batch_idx, self.eval_batch_idx, self.train_batches)
+        return Progress(
+            self.epoch, self.global_step, self.batch_idx, self.eval_batch_idx, self.train_batches, self.eval_loader
+        )
 
 
 def _epoch(c: Counters) -> None:
@@ -68,6 +72,11 @@ def _manual(c: Counters) -> None:
 
 
 def _eval_reset(c: Counters) -> None:
+    c.eval_batch_idx = c.eval_loader = 0
+
+
+def _eval_loader(c: Counters) -> None:
+    c.eval_loader += 1
     c.eval_batch_idx = 0
 
 
@@ -83,6 +92,7 @@ COUNTER_OPS: dict[str, Callable[[Counters], None]] = {
     "manual": _manual,
     "eval_reset": _eval_reset,
     "eval_batch": _eval_batch,
+    "eval_loader": _eval_loader,
 }
 
 

@@ -41,6 +41,8 @@ class RunPlan:
     root: str
     seed: int | None = None
     ckpt_path: Any = None
+    #: the data module the loaders come from (``None``: the loaders were passed)
+    datamodule: Any = None
 
 
 @attrs.define(slots=True)
@@ -88,6 +90,8 @@ class Run:
     checkpoint_io: Any = None
     predictions: list[Any] = attrs.field(factory=list)
     results: dict[str, float] = attrs.field(factory=dict)
+    #: the metrics of each loader of the latest evaluation loop (Lightning's ``validate``/``test`` return value)
+    loader_results: list[dict[str, float]] = attrs.field(factory=list)
     #: the exception that is ending the stage, and the state it happened in
     error: BaseException | None = None
     failed_in: str = ""

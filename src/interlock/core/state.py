@@ -125,7 +125,8 @@ class Progress:
     ``epoch`` is the current training epoch (0-based); ``global_step`` counts
     optimizer steps; ``batch_idx`` the training batches finished in this epoch
     (the data position); ``eval_batch_idx`` the batches finished in the running
-    evaluation loop; ``train_batches`` all training batches ever finished.
+    evaluation loop's current loader; ``train_batches`` all training batches ever
+    finished; ``eval_loader`` which of the evaluation loop's loaders is running (0-based).
     """
 
     epoch: int = _int
@@ -133,6 +134,7 @@ class Progress:
     batch_idx: int = _int
     eval_batch_idx: int = _int
     train_batches: int = _int
+    eval_loader: int = _int
 
 
 @attrs.frozen
@@ -168,6 +170,19 @@ class TrainerState:
     @property
     def epoch(self) -> int:
         return self.progress.epoch
+
+    @property
+    def current_epoch(self) -> int:
+        """Lightning's ``trainer.current_epoch``.
+
+        :attr:`epoch` while a fit runs; once it has ended, the number of epochs it entered
+        (``epoch + 1``, also when ``max_steps`` or a stop cut the last one short).
+        :attr:`epoch` is the resume cursor: it stays on the last epoch trained.
+        """
+        ended = not self.chart.startswith("fit.") and not (
+            self.stage == "fit" and self.status in ("interrupted", "failed")
+        )
+        return self.progress.epoch + 1 if ended and self.progress.train_batches else self.progress.epoch
 
     @property
     def global_step(self) -> int:

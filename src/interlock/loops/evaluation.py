@@ -7,6 +7,11 @@ Chart region (``<loop>`` is ``fit.sanity``, ``fit.train.val``, ``validate``,
     <loop>.start [eval.reset] -run-> batch.fetch [eval.fetch] -fetched-> batch.step [eval.step] -stepped-> batch.end
     batch.end -next-> batch.fetch  |  -exhausted [eval.limit_reached] / eval.log-> <loop>.end
     start -exhausted [eval.empty] / eval.log-> end;  fetch -exhausted / eval.log-> end
+    fetch|batch.end -next_loader [eval.more_loaders] / eval.log, eval.next_loader-> batch.fetch
+
+Several loaders (a list of them) run one after another: ``next_loader`` moves to the
+next one (the ``eval_loader`` counter), its step gets ``dataloader_idx`` and its
+metrics Lightning's suffix ``/dataloader_idx_N``; the limits apply to each loader.
 
 Metrics are batch-size-weighted means of every scalar the steps return; their
 running sums live in the state (``eval_sums``) so a run saved inside validation
@@ -15,12 +20,13 @@ resumes it exactly.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
-from interlock.connectors.data import Feed
+from interlock.connectors.data import Feed, feed_key, loader_count
 from interlock.connectors.metrics import batch_size, logged_values, scalars
 from interlock.core.logging import AddLogged, take
 from interlock.core.registry import Action, Guard, Registry
@@ -45,6 +51,39 @@ def _limit(run: Run, params: Mapping[str, Any], feed: Feed) -> int | None:
     return feed.limit
 
 
+def _current(run: Run, key: str) -> Feed:
+    """The feed of the loader the loop is on."""
+    feed: Feed = run.feeds[feed_key(key, run.counters.eval_loader)]
+    return feed
+
+
+def _finished(run: Run, params: Mapping[str, Any], feed: Feed) -> bool:
+    """The loader ran out or its limit is reached."""
+    if feed.exhausted:
+        return True
+    limit = _limit(run, params, feed)
+    return limit is not None and run.counters.eval_batch_idx >= limit
+
+
+def _open(run: Run, params: Mapping[str, Any], feed: Feed, start: int) -> None:
+    feed.exhausted = False
+    feed.it = feed.data.iterate(start) if _limit(run, params, feed) != 0 else iter(())
+
+
+def _check_takes_index(module: Any, name: str, count: int) -> None:
+    """``TypeError`` when the step cannot take the ``dataloader_idx`` that several loaders pass (as Lightning)."""
+    try:
+        inspect.signature(getattr(module, name)).bind(None, 0, 0)
+    except TypeError:
+        raise TypeError(
+            f"{type(module).__name__}.{name}() gets {count} loaders but takes no dataloader_idx: define "
+            f"{name}(self, batch, batch_idx, dataloader_idx=0) (Lightning passes it when there is more than one "
+            "loader), or pass one loader"
+        ) from None
+    except ValueError:  # no signature to read (a builtin): let the call tell
+        return
+
+
 def _params(params: Mapping[str, Any], action: str) -> tuple[str, str]:
     try:
         return str(params["data"]), str(params["step"])
@@ -61,13 +100,38 @@ def register(reg: Registry) -> None:
         key, _ = _params(params, "eval.open")
 
         def act() -> None:
-            feed: Feed = run.feeds[key]
             run.extras[f"interlock.was_training.{key}"] = run.module.training
             run.module.eval()
-            feed.exhausted = False
-            feed.it = feed.data.iterate(run.counters.eval_batch_idx) if _limit(run, params, feed) != 0 else iter(())
+            _open(run, params, _current(run, key), run.counters.eval_batch_idx)
 
         return act
+
+    @reg.action("eval.next_loader")
+    def next_loader(run: Run, params: Mapping[str, Any]) -> Action:
+        """Close the loader that finished; open the next one at its start."""
+        key, _ = _params(params, "eval.next_loader")
+
+        def act() -> None:
+            _current(run, key).it = None
+            _open(run, params, run.feeds[feed_key(key, run.counters.eval_loader + 1)], 0)
+
+        return act
+
+    @reg.guard("eval.more_loaders")
+    def more_loaders(run: Run, params: Mapping[str, Any]) -> Guard:
+        """The loader ran out or reached its limit, and another loader follows it."""
+        key, _ = _params(params, "eval.more_loaders")
+        count = 0
+
+        def more() -> bool:
+            nonlocal count
+            if not count:
+                count = loader_count(run.feeds, key)
+            if count == 1 or run.counters.eval_loader + 1 >= count:
+                return False
+            return _finished(run, params, _current(run, key))
+
+        return more
 
     @reg.action("eval.close")
     def close(run: Run, params: Mapping[str, Any]) -> Action:
@@ -75,7 +139,8 @@ def register(reg: Registry) -> None:
         key, _ = _params(params, "eval.close")
 
         def act() -> None:
-            run.feeds[key].it = None
+            for i in range(loader_count(run.feeds, key)):
+                run.feeds[feed_key(key, i)].it = None
             was = run.extras.pop(f"interlock.was_training.{key}", None)
             if was is not None:
                 run.module.train(was)
@@ -94,7 +159,7 @@ def register(reg: Registry) -> None:
         step, counters = run.step, run.counters
 
         def act() -> None:
-            feed: Feed = run.feeds[key]
+            feed = _current(run, key)
             try:
                 batch = next(feed.it)  # type: ignore[arg-type]
             except StopIteration:
@@ -115,22 +180,34 @@ def register(reg: Registry) -> None:
     @reg.action("eval.step")
     def step_(run: Run, params: Mapping[str, Any]) -> Action:
         """Run the loop's step without gradients; add its scalars to the sums (or keep the prediction)."""
-        _, name = _params(params, "eval.step")
+        key, name = _params(params, "eval.step")
         prefix = str(params.get("metrics", ""))
         collect = bool(params.get("collect", False))
-        step = run.step
+        step, counters = run.step, run.counters
         mdict = run.module.__dict__
+        count = 0
 
         def infer() -> int:
             return batch_size(step.batch)
 
         def act() -> Update | list[Update] | None:
+            nonlocal count
+            if not count:
+                count = loader_count(run.feeds, key)
+                if count > 1:
+                    _check_takes_index(run.module, name, count)
             fn = run.steps.get(name) or getattr(run.module, name)
             call = run.hardware.precision.forward(fn, run.device.type)
+            extra = (counters.eval_loader,) if count > 1 else ()  # Lightning: only with several loaders
             with torch.no_grad():
-                step.outputs = outputs = call(step.batch, step.index)
+                step.outputs = outputs = call(step.batch, step.index, *extra)
             if collect:
-                run.predictions.append(outputs)
+                if count > 1:  # one list of predictions per loader
+                    while len(run.predictions) <= counters.eval_loader:
+                        run.predictions.append([])
+                    run.predictions[counters.eval_loader].append(outputs)
+                else:
+                    run.predictions.append(outputs)
                 return None
             logs = mdict.get("_interlock_logs")
             logged = take(logs, name, "eval", infer) if logs else []
@@ -144,9 +221,14 @@ def register(reg: Registry) -> None:
 
     @reg.guard("eval.empty")
     def empty(run: Run, params: Mapping[str, Any]) -> Guard:
-        """The loop takes no batches (its limit is 0)."""
+        """The loop takes no batches (the limit of every loader is 0)."""
         key, _ = _params(params, "eval.empty")
-        return lambda: _limit(run, params, run.feeds[key]) == 0
+
+        def empty_() -> bool:
+            feeds = (run.feeds[feed_key(key, i)] for i in range(loader_count(run.feeds, key)))
+            return all(_limit(run, params, feed) == 0 for feed in feeds)
+
+        return empty_
 
     @reg.guard("eval.limit_reached")
     def limit_reached(run: Run, params: Mapping[str, Any]) -> Guard:
@@ -154,15 +236,19 @@ def register(reg: Registry) -> None:
         key, _ = _params(params, "eval.limit_reached")
 
         def reached() -> bool:
-            limit = _limit(run, params, run.feeds[key])
+            limit = _limit(run, params, _current(run, key))
             return limit is not None and run.counters.eval_batch_idx >= limit
 
         return reached
 
     @reg.action("eval.log")
     def log(run: Run, params: Mapping[str, Any]) -> Action:
-        """Log the loop's metrics (averaged over processes) and add them to the history; clear the sums."""
+        """Log the loader's metrics (averaged over processes) and add them to the history; clear the sums.
+
+        With several loaders each metric gets Lightning's suffix ``/dataloader_idx_N``.
+        """
         prefix = params.get("metrics")
+        key = str(params.get("data", ""))
 
         def act() -> list[Update]:
             if not prefix:
@@ -173,7 +259,14 @@ def register(reg: Registry) -> None:
                 metrics = reduce(metrics)
             logged, hidden = logged_values(run, "eval")
             metrics.update(logged)
+            idx = run.counters.eval_loader
+            if loader_count(run.feeds, key) > 1:
+                metrics = {f"{k}/dataloader_idx_{idx}": v for k, v in metrics.items()}
+                hidden = {f"{k}/dataloader_idx_{idx}" for k in hidden}
             run.results.update(metrics)
+            while len(run.loader_results) <= idx:
+                run.loader_results.append({})
+            run.loader_results[idx] = dict(metrics)
             c = run.counters
             shown = {k: v for k, v in metrics.items() if k not in hidden}
             row = {"stage": prefix, "epoch": c.epoch, "global_step": c.global_step, **shown}

@@ -23,12 +23,12 @@ class ValSchedule:
 
     #: validation is configured at all
     validates: bool
-    #: validate every N finished batches (None: only at the end of the epoch)
+    #: validate every N finished batches (None: only at the end of the epoch); a float interval gives
+    #: N = int(interval * batches), and validation runs at multiples of N only, as in Lightning
     every_batches: int | None
     #: count ``every_batches`` across epochs (``check_val_every_n_epoch=None``)
     across_epochs: bool
     every_epochs: int | None
-    fractional: bool
 
     @classmethod
     def of(cls, run: Run) -> ValSchedule:
@@ -45,7 +45,6 @@ class ValSchedule:
             every_batches=every,
             across_epochs=cfg.check_val_every_n_epoch is None,
             every_epochs=cfg.check_val_every_n_epoch,
-            fractional=isinstance(interval, float),
         )
 
     def due(self, run: Run, at_epoch_end: bool, batch_done: bool = True) -> bool:
@@ -55,13 +54,13 @@ class ValSchedule:
         c = run.counters
         if self.every_epochs is not None and (c.epoch + 1) % self.every_epochs:
             return False
+        if batch_done and run.signals.stop:
+            return True  # a stop agreed mid-epoch validates first (Lightning); reaching max_steps does not
         every = self.every_batches
         if every is None:
             return at_epoch_end
-        if self.fractional and at_epoch_end:
-            return True  # a fraction of the epoch always includes its end
         if not batch_done:
-            return False
+            return False  # validate at multiples of the interval only: int(fraction * epoch) for a float
         done = c.train_batches if self.across_epochs else c.batch_idx
         return done % every == 0
 
@@ -101,7 +100,7 @@ def register(reg: Registry) -> None:
     @reg.guard("schedule.val_due")
     def val_due(run: Run, params: Mapping[str, Any]) -> Guard:
         """Validation is due after this batch (val_check_interval, check_val_every_n_epoch, end of epoch)."""
-        if "val" not in run.feeds or run.config.limit("val") == 0:
+        if run.config.limit("val") == 0 or ("val" not in run.feeds and run.plan.datamodule is None):
             return _never
 
         def due() -> bool:
@@ -118,13 +117,13 @@ def register(reg: Registry) -> None:
     @reg.guard("limits.epoch_done")
     def epoch_done(run: Run, params: Mapping[str, Any]) -> Guard:
         """The epoch's batch limit is reached, a stop was agreed, or max_steps is reached."""
-        if "train" not in run.feeds:
+        if "train" not in run.feeds and run.plan.datamodule is None:
             return _never
-        counters, signals, feed = run.counters, run.signals, run.feeds["train"]
+        counters, signals, feeds = run.counters, run.signals, run.feeds
         max_steps = run.config.max_steps if run.config.max_steps != -1 else None
 
         def done() -> bool:
-            limit = feed.limit
+            limit = feeds["train"].limit
             if (limit is not None and counters.batch_idx >= limit) or signals.stop:
                 return True
             return max_steps is not None and counters.global_step >= max_steps

@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from interlock.connectors.data import Feed
+from interlock.connectors.data import Feed, loader_count, split_loaders
 from interlock.connectors.hardware import Hardware
 from interlock.connectors.rundir import release_run_dir
 from interlock.connectors.signals import PreemptionFlag, Signals
@@ -55,8 +55,15 @@ class Session:
     preempt_signals: tuple[int, ...] = attrs.field(factory=preemption_signals)
     restore_checks: tuple[Callable[[TrainerState, str], TrainerState], ...] = ()
 
-    def run(self, stage: str, module: Any, loaders: Mapping[str, Iterable[Any] | None], ckpt_path: Any) -> Run:
-        """Run ``stage`` of ``module`` over ``loaders`` through the chart; return the run (results, predictions)."""
+    def run(
+        self,
+        stage: str,
+        module: Any,
+        loaders: Mapping[str, Iterable[Any] | None],
+        ckpt_path: Any,
+        datamodule: Any = None,
+    ) -> Run:
+        """Run ``stage`` of ``module`` over ``loaders`` (or ``datamodule``'s) through the chart; return the run."""
         plan = RunPlan(
             stage=stage,
             config=self.config,
@@ -65,12 +72,16 @@ class Session:
             root=str(self.root),
             seed=self.seed if stage == "fit" else None,
             ckpt_path=ckpt_path,
+            datamodule=datamodule,
         )
+        feeds = {
+            name: Feed(loader) for key, given in loaders.items() for name, loader in split_loaders(key, given).items()
+        }
         run = Run(
             plan=plan,
             hardware=self.hardware,
             module=module,
-            feeds={key: Feed(loader) for key, loader in loaders.items() if loader is not None},
+            feeds=feeds,
             signals=Signals(PreemptionFlag((*self.preempt_signals, int(signal.SIGINT)) if stage == "fit" else ())),
             checkpoint_io=self.checkpoint_io,
             restore_checks=self.restore_checks,
@@ -81,11 +92,18 @@ class Session:
             release_run_dir(run)
         return run
 
-    def fit(self, module: Any, train: Iterable[Any], val: Iterable[Any] | None, ckpt_path: Any) -> dict[str, float]:
-        self.run("fit", module, {"train": train, "val": val}, ckpt_path)
+    def fit(
+        self, module: Any, train: Iterable[Any] | None, val: Any, ckpt_path: Any, datamodule: Any = None
+    ) -> dict[str, float]:
+        self.run("fit", module, {"train": train, "val": val}, ckpt_path, datamodule)
         return dict(self.runtime.state.metrics)
 
-    def evaluate(self, stage: str, module: Any, loader: Iterable[Any], ckpt_path: Any) -> Any:
+    def evaluate(self, stage: str, module: Any, loader: Any, ckpt_path: Any, datamodule: Any = None) -> Any:
+        """Predictions (one list per loader when there are several), or one dict of metrics per loader."""
         key = {"validate": "val", "test": "test", "predict": "predict"}[stage]
-        run = self.run(stage, module, {key: loader}, ckpt_path)
-        return run.predictions if stage == "predict" else dict(run.results)
+        run = self.run(stage, module, {key: loader}, ckpt_path, datamodule)
+        if stage == "predict":
+            return run.predictions
+        results = list(run.loader_results)
+        results += [{} for _ in range(loader_count(run.feeds, key) - len(results))]
+        return results

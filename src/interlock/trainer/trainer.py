@@ -7,11 +7,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from interlock.connectors.best import best_checkpoint
 from interlock.connectors.checkpoint import check_ckpt_path
 from interlock.connectors.hardware import resolve_hardware
 from interlock.connectors.rundir import next_run_dir
 from interlock.core.chart import Chart, load_chart
 from interlock.core.config import TrainerConfig
+from interlock.core.datamodule import check_datamodule, is_datamodule
 from interlock.core.events import EventBus, Handler, Listener, Observer, order_listeners
 from interlock.core.module import Module
 from interlock.core.run import Run
@@ -196,36 +198,63 @@ class Trainer:
     def fit(
         self,
         module: Module,
-        train_dataloaders: Iterable[Any],
-        val_dataloaders: Iterable[Any] | None = None,
+        train_dataloaders: Any = None,
+        val_dataloaders: Any = None,
         ckpt_path: str | os.PathLike[str] | None = None,
+        *,
+        datamodule: Any = None,
     ) -> dict[str, float]:
         """Train; return the latest metrics. ``ckpt_path`` (a file or ``"last"``) resumes exactly.
 
-        The run continues in the run directory the checkpoint file is in (``RUN/checkpoints/x.ckpt``:
-        ``RUN``); ``"last"`` is this trainer's run's ``last.ckpt``, or the newest run's under
-        ``default_root_dir``. A second ``fit`` of the same trainer continues its state with the
-        next epoch (nothing to train when its limits are reached: raise ``max_epochs``).
+        ``datamodule`` (an :class:`~interlock.DataModule` or a Lightning one; also accepted in place of
+        ``train_dataloaders``) hands out the loaders instead. The run continues in the run directory
+        the checkpoint file is in (``RUN/checkpoints/x.ckpt``: ``RUN``); ``"last"`` is this trainer's
+        run's ``last.ckpt``, or the newest run's under ``default_root_dir``. A second ``fit`` of the same
+        trainer continues its state with the next epoch (nothing to train when its limits are reached:
+        raise ``max_epochs``).
         """
         check_ckpt_path(ckpt_path, "fit")
+        if datamodule is None and is_datamodule(train_dataloaders):
+            train_dataloaders, datamodule = None, train_dataloaders
+        check_datamodule(
+            datamodule, {"train_dataloaders": train_dataloaders, "val_dataloaders": val_dataloaders}, "fit"
+        )
+        if datamodule is None and train_dataloaders is None:
+            raise TypeError("Trainer.fit() needs train_dataloaders or datamodule=; pass one of them")
         return self._launch(  # type: ignore[no-any-return]
-            module, lambda s: s.fit(module, train_dataloaders, val_dataloaders, ckpt_path)
+            module, lambda s: s.fit(module, train_dataloaders, val_dataloaders, ckpt_path, datamodule)
         )
 
-    def validate(self, module: Module, dataloaders: Iterable[Any], ckpt_path: Any = None) -> dict[str, float]:
-        """Run the validation loop once; return its metrics."""
-        check_ckpt_path(ckpt_path, "validate")
-        return self._launch(module, lambda s: s.evaluate("validate", module, dataloaders, ckpt_path))  # type: ignore[no-any-return]
+    def validate(
+        self, module: Module, dataloaders: Any = None, ckpt_path: Any = None, *, datamodule: Any = None
+    ) -> list[dict[str, float]]:
+        """Run the validation loop once; return its metrics, one dict per loader (as Lightning).
 
-    def test(self, module: Module, dataloaders: Iterable[Any], ckpt_path: Any = None) -> dict[str, float]:
-        """Run the test loop once; return its metrics."""
-        check_ckpt_path(ckpt_path, "test")
-        return self._launch(module, lambda s: s.evaluate("test", module, dataloaders, ckpt_path))  # type: ignore[no-any-return]
+        ``ckpt_path``: ``None`` (the module's weights), a path, ``"last"``, or ``"best"`` (the best
+        ``ModelCheckpoint`` file of this trainer's fit).
+        """
+        return self._evaluate("validate", module, dataloaders, ckpt_path, datamodule)  # type: ignore[no-any-return]
 
-    def predict(self, module: Module, dataloaders: Iterable[Any], ckpt_path: Any = None) -> list[Any]:
-        """Run the predict loop; return what ``predict_step`` returned for each batch."""
-        check_ckpt_path(ckpt_path, "predict")
-        return self._launch(module, lambda s: s.evaluate("predict", module, dataloaders, ckpt_path))  # type: ignore[no-any-return]
+    def test(
+        self, module: Module, dataloaders: Any = None, ckpt_path: Any = None, *, datamodule: Any = None
+    ) -> list[dict[str, float]]:
+        """Run the test loop once; return its metrics, one dict per loader: ``trainer.test(...)[0]["test_loss"]``."""
+        return self._evaluate("test", module, dataloaders, ckpt_path, datamodule)  # type: ignore[no-any-return]
+
+    def predict(self, module: Module, dataloaders: Any = None, ckpt_path: Any = None, *, datamodule: Any = None) -> Any:
+        """Run the predict loop; return what ``predict_step`` returned for each batch (a list per loader if several)."""
+        return self._evaluate("predict", module, dataloaders, ckpt_path, datamodule)
+
+    def _evaluate(self, stage: str, module: Module, dataloaders: Any, ckpt_path: Any, datamodule: Any) -> Any:
+        check_ckpt_path(ckpt_path, stage)
+        if datamodule is None and is_datamodule(dataloaders):
+            dataloaders, datamodule = None, dataloaders
+        check_datamodule(datamodule, {"dataloaders": dataloaders}, stage)
+        if datamodule is None and dataloaders is None:
+            raise TypeError(f"Trainer.{stage}() needs dataloaders or datamodule=; pass one of them")
+        if ckpt_path is not None and str(ckpt_path) == "best":
+            ckpt_path = best_checkpoint(self.listeners, self.state, stage)
+        return self._launch(module, lambda s: s.evaluate(stage, module, dataloaders, ckpt_path, datamodule))
 
     # -- debugging --------------------------------------------------------------------
     def chart(self, format: str = "mermaid", trace: str | os.PathLike[str] | None = None) -> str | bytes:

@@ -1,0 +1,103 @@
+"""Data modules: the data of a run in one object, with Lightning's protocol.
+
+A data module downloads once (``prepare_data``), builds its datasets per stage
+(``setup(stage)``), hands out loaders (``train_dataloader`` ...), cleans up
+(``teardown(stage)``) and may keep state that checkpoints carry
+(``state_dict``/``load_state_dict``). The trainer calls these from the chart's
+``data.prepare``, ``data.load`` and ``data.teardown`` actions. A Lightning
+``LightningDataModule`` works as it is: only the method names matter.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["LOADER_METHODS", "DataModule", "check_datamodule", "is_datamodule", "provides"]
+
+#: the loader method of each data key
+LOADER_METHODS = {
+    "train": "train_dataloader",
+    "val": "val_dataloader",
+    "test": "test_dataloader",
+    "predict": "predict_dataloader",
+}
+
+#: classes whose loader methods are placeholders (not overridden means "no such data")
+_PLACEHOLDERS = ("DataModule", "LightningDataModule", "DataHooks")
+
+
+class DataModule:
+    """Subclass and implement the hooks you need; every one is optional.
+
+    ``prepare_data`` runs once per machine (local rank 0) before the others; assign
+    no state there. ``setup(stage)`` runs in every process with ``stage`` one of
+    ``"fit"``, ``"validate"``, ``"test"``, ``"predict"``; ``teardown(stage)`` after.
+    Set ``prepare_data_per_node = False`` to prepare once in all (global rank 0).
+    """
+
+    prepare_data_per_node: bool = True
+
+    def prepare_data(self) -> None:
+        """Download or write data to disk (one process per machine)."""
+
+    def setup(self, stage: str) -> None:
+        """Build the datasets of ``stage`` (every process)."""
+
+    def teardown(self, stage: str) -> None:
+        """Release what ``setup(stage)`` built."""
+
+    def train_dataloader(self) -> Any:
+        """The training loader."""
+        raise NotImplementedError(f"{type(self).__name__} has no train_dataloader(); implement it to fit")
+
+    def val_dataloader(self) -> Any:
+        """The validation loader, or a list of loaders."""
+        raise NotImplementedError(f"{type(self).__name__} has no val_dataloader(); implement it to validate")
+
+    def test_dataloader(self) -> Any:
+        """The test loader, or a list of loaders."""
+        raise NotImplementedError(f"{type(self).__name__} has no test_dataloader(); implement it to test")
+
+    def predict_dataloader(self) -> Any:
+        """The predict loader, or a list of loaders."""
+        raise NotImplementedError(f"{type(self).__name__} has no predict_dataloader(); implement it to predict")
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps of this data module (default: nothing)."""
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Take back what :meth:`state_dict` returned."""
+
+
+def provides(datamodule: Any, key: str) -> bool:
+    """Whether ``datamodule`` implements the loader method of ``key`` (not just inherits a placeholder)."""
+    fn = getattr(type(datamodule), LOADER_METHODS[key], None)
+    if fn is None or not callable(fn):
+        return False
+    owner = getattr(fn, "__qualname__", "").split(".")[0]
+    return owner not in _PLACEHOLDERS
+
+
+def is_datamodule(value: Any) -> bool:
+    """``value`` is a data module (it has loader methods and is not itself iterable), as Lightning tells them apart."""
+    if value is None or hasattr(value, "__iter__"):
+        return False
+    return isinstance(value, DataModule) or any(callable(getattr(value, m, None)) for m in LOADER_METHODS.values())
+
+
+def check_datamodule(datamodule: Any, loaders: dict[str, Any], method: str) -> None:
+    """``TypeError`` unless ``datamodule`` is usable and no loader was passed with it."""
+    if datamodule is None:
+        return
+    given = [name for name, value in loaders.items() if value is not None]
+    if given:
+        raise TypeError(
+            f"Trainer.{method}() got both {', '.join(given)} and datamodule={type(datamodule).__name__}(): pass the "
+            "loaders or the data module, not both (a data module hands out its own loaders)"
+        )
+    if not any(callable(getattr(datamodule, name, None)) for name in LOADER_METHODS.values()):
+        raise TypeError(
+            f"Trainer.{method}(datamodule={datamodule!r:.80}) has none of {', '.join(LOADER_METHODS.values())}: "
+            "pass an interlock.DataModule (or a LightningDataModule)"
+        )
