@@ -286,7 +286,39 @@ def fsdp(out: Path) -> dict[str, Any]:
     return {"val_losses": full, "resumed_val_losses": resumed, "sgd": sgd}
 
 
-SCENARIOS = {"distributed": distributed, "spawn": spawn, "multinode": multinode, "precision": precision, "fsdp": fsdp}
+def reshard(out: Path) -> dict[str, Any]:
+    """``fsdp_sharded``, one epoch of 48 shuffled samples; ``RESHARD=save`` saves at step 3, ``RESHARD=resume`` resumes.
+
+    ``RESHARD_BATCH`` is the per-rank batch. Records the sample ids each step saw and the final full weights.
+    """
+    import warnings
+
+    phase, batch = os.environ["RESHARD"], int(os.environ["RESHARD_BATCH"])
+    ckpt = Path(os.environ["RESHARD_CKPT"])
+    torch.manual_seed(0)
+    module = Net(momentum=0.9)
+    trainer = make_trainer(out, max_epochs=1, seed=7, strategy="fsdp_sharded", devices=int(os.environ["WORLD_SIZE"]))
+    if phase == "save":
+        trainer.on("fit.train.batch.end", lambda e: interlock.SaveCheckpoint(str(ckpt)) if e.global_step == 3 else None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(
+            module,
+            DataLoader(dataset(48), batch_size=batch, shuffle=True),
+            ckpt_path=ckpt if phase == "resume" else None,
+        )
+    full = trainer.hardware.strategy.model_state_dict(module)
+    return {"seen": module.seen, "weights": full, "warnings": [str(w.message) for w in caught]}
+
+
+SCENARIOS = {
+    "distributed": distributed,
+    "spawn": spawn,
+    "multinode": multinode,
+    "precision": precision,
+    "fsdp": fsdp,
+    "reshard": reshard,
+}
 
 
 def main() -> None:
