@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import pickle
+import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +21,23 @@ from interlock.plugins import sharded_io
 TIMEOUT = 150
 
 
-def _launch(out: Path, ckpt: Path, nproc: int, batch: int, phase: str) -> list[str]:
-    env = f"RESHARD={phase} RESHARD_BATCH={batch} RESHARD_CKPT={ckpt}"
-    runner = " ".join(w.torchrun(f"--nproc-per-node={nproc}", f"--master-port={w.free_port()}", w.WORKER))
-    return ["sh", "-c", f"{env} {runner} reshard {out}"]
+def _launch(out: Path, ckpt: Path | str, nproc: int, batch: int, phase: str) -> list[list[str]]:
+    """One torchrun launch of ``nproc`` processes on this machine."""
+    env = [f"RESHARD={phase}", f"RESHARD_BATCH={batch}", f"RESHARD_CKPT={ckpt}"]
+    runner = w.torchrun(f"--nproc-per-node={nproc}", f"--master-port={w.free_port()}", w.WORKER)
+    return [["env", *env, *runner, "reshard", str(out)]]
+
+
+def _slurm(out: Path, ckpt: Path | str, ntasks: int, batch: int, phase: str, **extra: Any) -> list[list[str]]:
+    """A SLURM job of ``ntasks`` nodes with one task each, simulated on loopback: one process per task."""
+    port = w.free_port()
+    common = [f"RESHARD={phase}", f"RESHARD_BATCH={batch}", f"RESHARD_CKPT={ckpt}", "RESHARD_DEVICES=1"]
+    common += [f"SLURM_NTASKS={ntasks}", "SLURM_JOB_ID=4242", "SLURM_JOB_NAME=train", "SLURM_LOCALID=0"]
+    common += ["MASTER_ADDR=127.0.0.1", f"MASTER_PORT={port}", *(f"{k}={v}" for k, v in extra.items())]
+    return [
+        ["env", *common, f"SLURM_PROCID={r}", f"RANK={r}", sys.executable, w.WORKER, "reshard", str(out)]
+        for r in range(ntasks)
+    ]
 
 
 def _results(out: Path, nproc: int) -> list[dict[str, Any]]:
@@ -41,9 +57,8 @@ def _global(results: list[dict[str, Any]]) -> list[int]:
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
     """Uninterrupted runs on 2 and 1 ranks that save at step 3; then resumes on 1, 2, 3 ranks."""
     root = tmp_path_factory.mktemp("dcp")
-    plan1 = {"two": (2, 3, root / "two" / "mid.ckpt"), "one": (1, 6, root / "one" / "mid.ckpt")}
-    w.run_all([_launch(root / k, c, n, b, "save") for k, (n, b, c) in plan1.items()], root, TIMEOUT)
-    two, one = plan1["two"][2], plan1["one"][2]
+    two, one = root / "two" / "mid.ckpt", root / "one" / "mid.ckpt"
+    w.run_all([*_slurm(root / "two", two, 2, 3, "save"), *_launch(root / "one", one, 1, 6, "save")], root, TIMEOUT)
     plan2 = {
         "2to1": (1, 6, two),
         "2to3": (3, 2, two),
@@ -51,13 +66,19 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, A
         "1to2": (2, 3, one),
         "2to1_small": (1, 3, two),
     }
-    w.run_all([_launch(root / k, c, n, b, "resume") for k, (n, b, c) in plan2.items()], root, TIMEOUT)
-    found = {k: _results(root / k, n) for k, (n, _, _) in {**plan1, **plan2}.items()}
+    launches = [c for k, (n, b, ckpt) in plan2.items() for c in _launch(root / k, ckpt, n, b, "resume")]
+    requeue = _slurm(root / "requeue", "last", 3, 2, "resume", RESHARD_ROOT=root / "two", SLURM_RESTART_COUNT=1)
+    w.run_all([*launches, *requeue], root, TIMEOUT)
+    sizes = {"two": 2, "one": 1, "requeue": 3, **{k: n for k, (n, _, _) in plan2.items()}}
+    found = {k: _results(root / k, n) for k, n in sizes.items()}
     found["root"] = root  # type: ignore[assignment]
     return found
 
 
-@pytest.mark.parametrize(("resumed", "full"), [("2to1", "two"), ("2to3", "two"), ("2to2", "two"), ("1to2", "one")])
+ORDERS = [("2to1", "two"), ("2to3", "two"), ("2to2", "two"), ("1to2", "one"), ("requeue", "two")]
+
+
+@pytest.mark.parametrize(("resumed", "full"), ORDERS)
 def test_resume_on_another_world_size_sees_the_uninterrupted_global_order(runs: Any, resumed: str, full: str) -> None:
     """Saved at step 3 on N ranks, resumed on M with the same global batch: every sample once, in the same order."""
     uninterrupted = _global(runs[full])
@@ -66,7 +87,7 @@ def test_resume_on_another_world_size_sees_the_uninterrupted_global_order(runs: 
     assert uninterrupted[:done] + _global(runs[resumed]) == uninterrupted
 
 
-@pytest.mark.parametrize(("resumed", "full"), [("2to1", "two"), ("2to3", "two"), ("1to2", "one")])
+@pytest.mark.parametrize(("resumed", "full"), [("2to1", "two"), ("2to3", "two"), ("1to2", "one"), ("requeue", "two")])
 def test_resume_on_another_world_size_keeps_the_weights(runs: Any, resumed: str, full: str) -> None:
     """Keeping the global batch, the resumed run ends with the uninterrupted run's weights (float tolerance)."""
     for key, value in runs[full][0]["weights"].items():
@@ -77,6 +98,13 @@ def test_resume_on_the_same_world_size_is_bitwise(runs: Any) -> None:
     """2 ranks -> 2 ranks from a sharded checkpoint: the final weights are bitwise the uninterrupted run's."""
     for key, value in runs["two"][0]["weights"].items():
         assert torch.equal(runs["2to2"][0]["weights"][key], value), key
+
+
+def test_a_slurm_requeue_on_more_nodes_resumes_from_last(runs: Any) -> None:
+    """A 2-node SLURM job saves last.ckpt (a directory); requeued on 3 nodes, ckpt_path='last' resumes on 3 ranks."""
+    assert [r["environment"] for r in runs["two"]] == ["SLURMEnvironment"] * 2
+    assert [(r["environment"], r["world_size"]) for r in runs["requeue"]] == [("SLURMEnvironment", 3)] * 3
+    assert sharded_io.read_manifest(next((runs["root"] / "two" / "runs").glob("*/checkpoints/last.ckpt")))
 
 
 def test_a_changed_global_batch_warns_loudly(runs: Any) -> None:
@@ -90,13 +118,14 @@ def test_a_changed_global_batch_warns_loudly(runs: Any) -> None:
 
 def test_a_sharded_checkpoint_is_a_complete_hashed_directory(runs: Any) -> None:
     """Each rank wrote its shards and RNG file; the manifest hashes every file; a changed byte is refused at load."""
-    ckpt = runs["root"] / "two" / "mid.ckpt"
+    ckpt = runs["root"] / "copy.ckpt"
+    shutil.copytree(runs["root"] / "two" / "mid.ckpt", ckpt)
     manifest = sharded_io.read_manifest(ckpt)
     assert manifest["world_size"] == 2
     assert {".metadata", "meta.ckpt", "rank0.ckpt", "rank1.ckpt", "__0_0.distcp", "__1_0.distcp"} <= set(
         manifest["files"]
     )
-    assert not [p for p in ckpt.parent.iterdir() if p.name.startswith(".")]  # no temporary directory left
+    assert not [p for p in (runs["root"] / "two").iterdir() if p.name.startswith(".")]  # no temporary directory left
     shard = ckpt / "__1_0.distcp"
     data = bytearray(shard.read_bytes())
     data[-1] ^= 1
@@ -110,14 +139,14 @@ class _Boom:
         return (os.system, ("touch pwned",))
 
 
-def test_loading_never_executes_code_from_a_hostile_directory(tmp_path: Path) -> None:
+def test_loading_never_executes_code_from_a_hostile_directory(tmp_path: Path, monkeypatch: Any) -> None:
     """A .metadata that pickles a call, and a stored value that pickles one, are refused; nothing runs."""
     module = torch.nn.Linear(3, 2)
     target = tmp_path / "x.ckpt"
     sharded_io.save_sharded(
         target, {"model": module.state_dict(), "extra": [1, 2]}, {"state": {}}, {}, 0, 1, lambda x: x, lambda: None
     )
-    os.chdir(tmp_path)
+    monkeypatch.chdir(tmp_path)
     # the stored non-tensor value replaced by a pickled call
     shard = target / "__0_0.distcp"
     blob = shard.read_bytes()
@@ -135,5 +164,30 @@ def test_loading_never_executes_code_from_a_hostile_directory(tmp_path: Path) ->
         sharded_io.load_tensors(target, {"model": module.state_dict(), "extra": None})
     (target / ".metadata").write_bytes(pickle.dumps(_Boom()))
     with pytest.raises(CheckpointError, match="os.system|posix.system"):
-        sharded_io.tensor_shapes(target)
+        sharded_io.tensor_specs(target)
     assert not (tmp_path / "pwned").exists()
+
+
+def test_inspect_and_convert_a_sharded_checkpoint(runs: Any, tmp_path: Path, capsys: Any) -> None:
+    """inspect prints a directory without a model; convert makes a file a single-device run restores, and back."""
+    from interlock.cli.main import main
+    from interlock.connectors import checkpoint as ckpt_connector
+    from interlock.plugins.checkpoint_io import TorchCheckpointIO
+
+    src = runs["root"] / "two" / "mid.ckpt"
+    assert main(["inspect", str(src)]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["header"]["world_size"] == 2 and shown["global_step"] == 3
+    assert shown["model"]["net.0.weight"] == [[8, w.FEATURES], "float32"]
+    assert main(["convert", str(src), str(tmp_path / "one.ckpt"), "--to", "file"]) == 0
+    single = TorchCheckpointIO().load_checkpoint(tmp_path / "one.ckpt")
+    module = w.Net(momentum=0.9)
+    optimizer = module.configure_optimizers()
+    state = ckpt_connector.restore(single, module, [optimizer], [], "one.ckpt")
+    assert state.global_step == 3 and set(optimizer.state_dict()["state"]) == {0, 1, 2, 3}
+    full = sharded_io.load_all(src)["model"]
+    assert all(torch.equal(module.state_dict()[k], v) for k, v in full.items())
+    assert main(["convert", str(tmp_path / "one.ckpt"), str(tmp_path / "back.ckpt"), "--to", "sharded"]) == 0
+    back = sharded_io.load_all(tmp_path / "back.ckpt")
+    assert all(torch.equal(back["model"][k], v) for k, v in full.items())
+    assert sharded_io.read_manifest(tmp_path / "back.ckpt")["world_size"] == 1

@@ -27,7 +27,7 @@ from interlock.loops import default_registry
 from interlock.trainer.trainer import Trainer
 from interlock.viz import read_trace, render
 
-__all__ = ["COMMANDS", "UsageError", "chart", "chart_actions", "inspect", "listeners", "run", "view"]
+__all__ = ["COMMANDS", "UsageError", "chart", "chart_actions", "convert", "inspect", "listeners", "run", "view"]
 
 
 class UsageError(Exception):
@@ -281,6 +281,23 @@ def inspect(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
+def _sharded_formats() -> dict[str, Callable[[str, str], Any]]:
+    """``--to`` targets of sharded checkpoints (imported on demand: torch.distributed.checkpoint is slow to import)."""
+    from interlock.cli.sharded_convert import file_to_sharded, sharded_to_file
+
+    return {"file": sharded_to_file, "sharded": file_to_sharded}
+
+
+def convert(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str]) -> int:
+    """Write the checkpoint in another format (``--to``); each format is its own function."""
+    args = cfg.convert
+    formats = _sharded_formats()
+    if args.to not in formats:
+        raise UsageError(f"interlock convert --to {args.to!r} is unknown: choose one of {', '.join(sorted(formats))}")
+    print(f"interlock: wrote {formats[args.to](args.ckpt, args.out)}")
+    return 0
+
+
 def listeners(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str]) -> int:
     """Build only the Trainer; print its listeners in order and each event's handlers in delivery order."""
     trainer: Trainer = _instantiate(parser, cfg, ("trainer",)).trainer
@@ -322,6 +339,7 @@ COMMANDS: dict[str, Callable[[ArgumentParser, Namespace, Sequence[str]], int]] =
     "predict": run,
     "chart": chart,
     "inspect": inspect,
+    "convert": convert,
     "listeners": listeners,
     "view": view,
 }

@@ -171,7 +171,18 @@ def _inspect_parser() -> ArgumentParser:
         description="Print a checkpoint as JSON: header, chart state, progress, metrics, listener states,\n"
         "RNG kinds and [shape, dtype] of every tensor. No model is built and no code in it runs."
     )
-    parser.add_argument("ckpt", type=str, help="Path of the checkpoint file.")
+    parser.add_argument("ckpt", type=str, help="Path of the checkpoint file (or sharded checkpoint directory).")
+    return parser
+
+
+def _convert_parser() -> ArgumentParser:
+    parser = _parser(
+        description="Convert a checkpoint: --to file turns a sharded checkpoint directory into one checkpoint\n"
+        "file (loads in one process); --to sharded turns a file into a sharded directory. No model is built."
+    )
+    parser.add_argument("ckpt", type=str, help="The checkpoint to convert.")
+    parser.add_argument("out", type=str, help="Where to write the converted checkpoint.")
+    parser.add_argument("--to", type=str, default="file", help="file | sharded (default: file).")
     return parser
 
 
@@ -219,5 +230,6 @@ def build_parser() -> ArgumentParser:
         commands.add_subcommand(name, _config_parser(name), help=helps[name])
     commands.add_subcommand("chart", _chart_parser(), help="Draw the statechart (Mermaid, DOT, SVG, PNG).")
     commands.add_subcommand("inspect", _inspect_parser(), help="Print a checkpoint as readable JSON.")
+    commands.add_subcommand("convert", _convert_parser(), help="Convert a checkpoint (sharded <-> file).")
     commands.add_subcommand("view", _view_parser(), help="Serve a live web view of runs on the statechart.")
     return parser

@@ -377,9 +377,7 @@ def read_checkpoint(io: TorchCheckpointIO, path: Path, map_location: Any, rank: 
     saved_ranks = manifest.get("world_size", 1)
     ckpt["rng"] = io.load_checkpoint(sio.rank_file(path, rank, saved_ranks))["rng"]
     ckpt["model"] = {
-        key.removeprefix("model."): torch.empty(shape, device="meta")
-        for key, shape in sio.tensor_shapes(path).items()
-        if key.startswith("model.")
+        key.removeprefix("model."): spec for key, spec in sio.tensor_specs(path).items() if key.startswith("model.")
     }
     ckpt["sharded"] = str(path)
     return ckpt

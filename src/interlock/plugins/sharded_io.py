@@ -32,12 +32,12 @@ import secrets
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, _EmptyStateDictLoadPlanner
 from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
 from torch.distributed.checkpoint.planner import ReadItem
@@ -52,12 +52,13 @@ __all__ = [
     "SafeLoadPlanner",
     "SafeReader",
     "is_sharded",
+    "load_all",
     "load_tensors",
     "rank_file",
     "read_manifest",
     "remove_sharded",
     "save_sharded",
-    "tensor_shapes",
+    "tensor_specs",
 ]
 
 SHARDED_FORMAT = "interlock-sharded"
@@ -264,23 +265,52 @@ def read_manifest(path: str | os.PathLike[str], verify: bool = True) -> dict[str
     return checked
 
 
-def tensor_shapes(path: str | os.PathLike[str]) -> dict[str, tuple[int, ...]]:
-    """Every tensor the checkpoint's DCP metadata lists, by flattened key, with its full (global) shape."""
+def tensor_specs(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
+    """Every tensor DCP's metadata lists, by flattened key, as an empty (meta-device) tensor of its full shape."""
     metadata = SafeReader(Path(path)).read_metadata()
     return {
-        key: tuple(md.size) for key, md in metadata.state_dict_metadata.items() if isinstance(md, TensorStorageMetadata)
+        key: torch.empty(tuple(md.size), dtype=md.properties.dtype, device="meta")
+        for key, md in metadata.state_dict_metadata.items()
+        if isinstance(md, TensorStorageMetadata)
     }
+
+
+class _SafeEmptyPlanner(_EmptyStateDictLoadPlanner):
+    """Loads everything the checkpoint holds (no template), non-tensor values with ``weights_only=True``."""
+
+    load_bytes = SafeLoadPlanner.load_bytes
+
+
+def load_all(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Every value of the checkpoint's DCP part as full tensors in this process (for conversion to one file)."""
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+    state: dict[str, Any] = {}
+    try:  # what dcp.format_utils.dcp_to_torch_save does, with the safe reader and planner
+        _load_state_dict(state, storage_reader=SafeReader(Path(path)), planner=_SafeEmptyPlanner(), no_dist=True)
+    except CheckpointException as exc:
+        _reraise(path, exc)
+    return state
 
 
 def load_tensors(path: str | os.PathLike[str], state_dict: dict[str, Any]) -> None:
     """Load the checkpoint's tensors in place into ``state_dict`` (sharded as its tensors are), safely."""
+    _load(path, state_dict, SafeLoadPlanner())
+
+
+def _load(path: str | os.PathLike[str], state_dict: dict[str, Any], planner: DefaultLoadPlanner) -> None:
     try:
-        dcp.load(state_dict, storage_reader=SafeReader(Path(path)), planner=SafeLoadPlanner())
-    except CheckpointException as exc:  # DCP collects every rank's failure; ours are raised as they are
-        for failure in exc.failures.values():
-            if isinstance(failure, CheckpointError):
-                raise failure from None
-        raise CheckpointError(f"cannot load sharded checkpoint {path}: {exc}") from None
+        dcp.load(state_dict, storage_reader=SafeReader(Path(path)), planner=planner)
+    except CheckpointException as exc:
+        _reraise(path, exc)
+
+
+def _reraise(path: str | os.PathLike[str], exc: CheckpointException) -> NoReturn:
+    """DCP collects every rank's failure in one exception; ours are raised as they are."""
+    for failure in exc.failures.values():
+        if isinstance(failure, CheckpointError):
+            raise failure from None
+    raise CheckpointError(f"cannot load sharded checkpoint {path}: {exc}") from None
 
 
 def rank_file(path: str | os.PathLike[str], rank: int, saved_world_size: int) -> Path:
