@@ -53,11 +53,11 @@ def worker(out: Path, megabytes: int) -> None:
     d = int((megabytes * 2**20 / 4 / 4) ** 0.5)
     torch.manual_seed(0)
     module = torch.nn.Sequential(*(torch.nn.Linear(d, d, bias=False) for _ in range(4)))
-    optimizer = torch.optim.SGD(module.parameters(), lr=0.1)
     strategy = FSDPStrategy(2, detect_environment())
     device = torch.device("cpu")
     strategy.setup_environment(device, "gloo")
     strategy.setup_module(module, device)
+    optimizer = torch.optim.SGD(module.parameters(), lr=0.1)  # over the sharded parameters, as a fit makes it
     rank = strategy.global_rank
     result: dict[str, Any] = {"rank": rank, "model_mb": sum(p.numel() * 4 for p in module.parameters()) / 2**20}
     result["rss_before_mb"] = _rss_mb("VmRSS")
@@ -99,7 +99,7 @@ def section_sharded(megabytes: int = 256, timeout: float = 900) -> dict[str, Any
         cmd += [str(HERE / "bench_sharded.py"), tmp, str(megabytes)]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
         if proc.returncode != 0:
-            return {"error": proc.stderr[-2000:]}
+            return {"error": (proc.stdout + proc.stderr)[-4000:]}
         return {f"rank{r}": json.loads((Path(tmp) / f"rank{r}.json").read_text()) for r in (0, 1)}
 
 
