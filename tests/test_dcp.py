@@ -191,3 +191,39 @@ def test_inspect_and_convert_a_sharded_checkpoint(runs: Any, tmp_path: Path, cap
     back = sharded_io.load_all(tmp_path / "back.ckpt")
     assert all(torch.equal(back["model"][k], v) for k, v in full.items())
     assert sharded_io.read_manifest(tmp_path / "back.ckpt")["world_size"] == 1
+
+
+_SAVER = """
+import sys, torch
+from interlock.plugins import sharded_io
+target, i = sys.argv[1], 0
+while True:
+    i += 1
+    tensors = {"model": {"w": torch.full((256, 1024), float(i))}}
+    sharded_io.save_sharded(target, tensors, {"state": {"i": i}}, {}, 0, 1, lambda x: x, lambda: None)
+    print(i, flush=True)
+"""
+
+
+def test_a_sigkill_mid_save_leaves_the_previous_checkpoint_whole(tmp_path: Path) -> None:
+    """A process saving the same sharded checkpoint over and over is SIGKILLed at random moments: it always loads."""
+    import random
+    import subprocess
+    import time
+
+    target = tmp_path / "last.ckpt"
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    for delay in random.Random(0).sample([0.05 * k for k in range(1, 30)], 4):
+        proc = subprocess.Popen([sys.executable, "-c", _SAVER, str(target)], stdout=subprocess.PIPE, env=env)
+        assert proc.stdout is not None
+        proc.stdout.readline()  # one save is complete
+        time.sleep(delay)
+        proc.kill()
+        proc.wait()
+        manifest = sharded_io.read_manifest(target)  # every file hash-checked
+        assert manifest["world_size"] == 1
+        w_ = sharded_io.load_all(target)["model"]["w"]
+        assert torch.equal(w_, torch.full_like(w_, w_[0, 0].item()))
+    tensors = {"model": {"w": torch.zeros(1)}}
+    sharded_io.save_sharded(target, tensors, {"state": {}}, {}, 0, 1, lambda x: x, lambda: None)
+    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]  # the killed saves' leftovers are gone

@@ -10,8 +10,11 @@ A sharded checkpoint is a directory (named like a checkpoint file, e.g. ``last.c
 
 Complete or absent: the directory is built under a temporary name next to the target,
 the manifest is the last file written (after every rank's shards and DCP's metadata),
-and only then is it renamed into place (a previous checkpoint of the same name is moved
-aside first and deleted after). A directory without a manifest is refused at load.
+and only then is it put in place: swapped with a previous checkpoint of the same name in one
+atomic ``renameat2(RENAME_EXCHANGE)`` on Linux (elsewhere the previous one is moved aside
+first), then the previous one is deleted. A SIGKILL of any rank at any moment leaves the
+previous checkpoint whole under its name. The next save of that name removes the temporary
+directories a killed save left. A directory without a manifest is refused at load.
 
 Loading never executes code from the checkpoint: every file is hash-checked against the
 manifest first; DCP's pickled ``.metadata`` is read with an unpickler that builds only
@@ -23,13 +26,18 @@ files (:mod:`interlock.plugins.checkpoint_io`).
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import errno
 import hashlib
 import io
 import json
 import os
 import pickle
+import re
 import secrets
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -58,6 +66,7 @@ __all__ = [
     "read_manifest",
     "remove_sharded",
     "save_sharded",
+    "sweep",
     "tensor_specs",
 ]
 
@@ -187,6 +196,7 @@ def save_sharded(
     target = Path(target)
     tmp = broadcast(target.parent / f".{target.name[:180]}.{secrets.token_hex(6)}.tmp" if rank == 0 else None)
     if rank == 0:
+        sweep(target)  # what killed saves of this checkpoint left (one trainer writes a checkpoint path)
         tmp.mkdir(parents=True)
     barrier()
     files = TorchCheckpointIO()
@@ -209,14 +219,46 @@ def _seal(tmp: Path, target: Path, world_size: int) -> None:
         f.flush()
         os.fsync(f.fileno())
     _fsync(tmp)
-    old = None
-    if target.exists():
+    if not target.exists():
+        os.replace(tmp, target)
+    elif _exchange(tmp, target):  # one atomic step: the target is never absent
+        shutil.rmtree(tmp, ignore_errors=True)  # now the previous checkpoint
+    else:  # no renameat2: a crash between these renames leaves the previous one under its .old name
         old = target.parent / f".{target.name[:180]}.{secrets.token_hex(6)}.old"
         os.replace(target, old)
-    os.replace(tmp, target)
-    _fsync(target.parent)
-    if old is not None:
+        os.replace(tmp, target)
         shutil.rmtree(old, ignore_errors=True)
+    _fsync(target.parent)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the two paths atomically (Linux ``renameat2(RENAME_EXCHANGE)``); False where that is unavailable."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    if ctypes.get_errno() in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(ctypes.get_errno(), f"cannot swap {a} into {b}: {os.strerror(ctypes.get_errno())}")
+
+
+def sweep(target: str | os.PathLike[str]) -> list[Path]:
+    """Remove the temporary directories that saves of ``target`` left when their process was killed."""
+    target = Path(target)
+    pattern = re.compile(re.escape(f".{target.name[:180]}.") + r"[0-9a-f]{12}\.(tmp|old)")
+    removed = []
+    with contextlib.suppress(OSError):
+        for entry in target.parent.iterdir():
+            if pattern.fullmatch(entry.name) and entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+                removed.append(entry)
+    return removed
 
 
 def remove_sharded(path: str | os.PathLike[str]) -> None:
