@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import _dist_worker as w
 from interlock.core.errors import CheckpointError
@@ -227,3 +229,46 @@ def test_a_sigkill_mid_save_leaves_the_previous_checkpoint_whole(tmp_path: Path)
     tensors = {"model": {"w": torch.zeros(1)}}
     sharded_io.save_sharded(target, tensors, {"state": {}}, {}, 0, 1, lambda x: x, lambda: None)
     assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]  # the killed saves' leftovers are gone
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    size=st.integers(1, 60),
+    saved=st.tuples(st.integers(1, 4), st.integers(1, 5)),
+    now=st.tuples(st.integers(1, 4), st.integers(1, 5)),
+    steps=st.integers(0, 20),
+    seed=st.integers(0, 2**31),
+)
+def test_reposition_continues_the_global_order_on_any_layout(
+    size: int, saved: tuple[int, int], now: tuple[int, int], steps: int, seed: int
+) -> None:
+    """Saved after k global batches of N x B, resumed as M x B': the ranks together take the rest of the order once."""
+    import warnings
+
+    from torch.utils.data import DataLoader
+
+    from interlock.connectors.data import PositionSampler, prepare_loader, reposition
+
+    (n, b), (m, b2) = saved, now
+    consumed = min(steps * n * b, (size // (n * b)) * n * b)  # whole global batches the saved run finished
+    order = PositionSampler(size, True)
+    order.seed = seed
+    full = order.order()
+    data = {"seed": seed, "world_size": n, "batch_size": b}
+    loaders = [prepare_loader(DataLoader(w.dataset(size), batch_size=b2, shuffle=True), m, r) for r in range(m)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        moved, batch_idx = reposition(data, consumed // (n * b), m, loaders[0])
+    assert bool(caught) == (n * b != m * b2 and (n, b) != (m, b2))
+    if (n, b) == (m, b2):
+        assert moved == data
+        return
+    assert batch_idx == consumed // (m * b2)
+    taken = []
+    for loader in loaders:
+        sampler = loader.sampler
+        sampler.seed, sampler.skip = seed, moved["skip"]
+        taken.append(list(sampler))
+    rest = full[consumed:]
+    dealt = [i for j in range(max(map(len, taken), default=0)) for t in taken if j < len(t) for i in [t[j]]]
+    assert dealt[: len(rest)] == rest  # the global order continues; only DistributedSampler-style padding follows
