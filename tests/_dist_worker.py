@@ -286,7 +286,55 @@ def fsdp(out: Path) -> dict[str, Any]:
     return {"val_losses": full, "resumed_val_losses": resumed, "sgd": sgd}
 
 
-SCENARIOS = {"distributed": distributed, "spawn": spawn, "multinode": multinode, "precision": precision, "fsdp": fsdp}
+def reshard(out: Path) -> dict[str, Any]:
+    """``fsdp_sharded``, one epoch of 48 shuffled samples; ``RESHARD=save`` saves at step 3, ``RESHARD=resume`` resumes.
+
+    ``RESHARD_BATCH`` is the per-rank batch, ``RESHARD_CKPT`` the checkpoint (``last``: the run's ``last.ckpt``,
+    which a save also writes), ``RESHARD_ROOT`` the trainer's root (default ``out``), ``RESHARD_DEVICES`` the
+    devices per node (default ``WORLD_SIZE``). Records the sample ids of each step and the final full weights.
+    """
+    import warnings
+
+    phase, batch, ckpt = os.environ["RESHARD"], int(os.environ["RESHARD_BATCH"]), os.environ["RESHARD_CKPT"]
+    root = Path(os.environ.get("RESHARD_ROOT", out))
+    devices = int(os.environ.get("RESHARD_DEVICES", os.environ.get("WORLD_SIZE", "1")))
+    torch.manual_seed(0)
+    module = Net(momentum=0.9)
+    trainer = make_trainer(root, max_epochs=1, seed=7, strategy="fsdp_sharded", devices=devices)
+    if phase == "save":
+
+        def save(e: interlock.Event, s: Any) -> Any:
+            if e.global_step != 3:
+                return None
+            last = str(Path(s.run_dir) / "checkpoints" / "last.ckpt")
+            return [interlock.SaveCheckpoint(ckpt), interlock.SaveCheckpoint(last)]
+
+        trainer.on("fit.train.batch.end", save)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(
+            module,
+            DataLoader(dataset(48), batch_size=batch, shuffle=True),
+            ckpt_path=ckpt if phase == "resume" else None,
+        )
+    full = trainer.hardware.strategy.model_state_dict(module)
+    return {
+        "seen": module.seen,
+        "weights": full,
+        "warnings": [str(w.message) for w in caught],
+        "world_size": trainer.state.world_size,
+        "environment": type(trainer.hardware.strategy.environment).__name__,  # type: ignore[attr-defined]
+    }
+
+
+SCENARIOS = {
+    "distributed": distributed,
+    "spawn": spawn,
+    "multinode": multinode,
+    "precision": precision,
+    "fsdp": fsdp,
+    "reshard": reshard,
+}
 
 
 def main() -> None:

@@ -639,6 +639,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--output", type=Path, default=None, help="also write the JSON report to this file")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed to one worker process")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    parser.add_argument(
+        "--sharded",
+        action="store_true",
+        help="also measure a sharded (DCP) save vs a rank-0 full save under FSDP on 2 ranks (slow; opt-in)",
+    )
+    parser.add_argument("--sharded-mb", type=int, default=256, help="model size in MB for --sharded (default 256)")
     args = parser.parse_args(argv)
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = sorted(set(only) - set(SECTIONS))
@@ -688,6 +694,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 report["steps"] = info
             else:
                 report[name] = sections[name]()
+        if args.sharded:
+            sys.path.insert(0, str(Path(__file__).resolve().parent))
+            from bench_sharded import section_sharded
+
+            report["sharded"] = section_sharded(args.sharded_mb, args.timeout)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     report["machine"]["load_average_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None

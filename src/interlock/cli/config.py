@@ -172,7 +172,7 @@ def _inspect_parser() -> ArgumentParser:
         description="Print a checkpoint as JSON: header, chart state, progress, metrics, listener states,\n"
         "RNG kinds and [shape, dtype] of every tensor. No model is built and no code in it runs."
     )
-    parser.add_argument("ckpt", type=str, help="Path of the checkpoint file.")
+    parser.add_argument("ckpt", type=str, help="Path of the checkpoint file (or sharded checkpoint directory).")
     return parser
 
 
@@ -182,7 +182,10 @@ def _convert_parser() -> ArgumentParser:
     parser = _parser(
         description="Write a checkpoint (interlock, or a PyTorch Lightning .ckpt) in another format.\n"
         "--to weights: the bare state dict as a plain torch.save file, for\n"
-        "  module.load_state_dict(torch.load(DST, weights_only=True)). No code in SRC runs."
+        "  module.load_state_dict(torch.load(DST, weights_only=True)).\n"
+        "--to file: a sharded checkpoint directory as one checkpoint file (loads in one process).\n"
+        "--to sharded: a checkpoint file as a sharded directory (resumes on any world size).\n"
+        "No code in SRC runs and no model is built."
     )
     parser.add_argument("src", type=str, help="The checkpoint to read.")
     parser.add_argument("dst", type=str, help="The file to write (replaced atomically).")
@@ -236,6 +239,8 @@ def build_parser() -> ArgumentParser:
         commands.add_subcommand(name, _config_parser(name), help=helps[name])
     commands.add_subcommand("chart", _chart_parser(), help="Draw the statechart (Mermaid, DOT, SVG, PNG).")
     commands.add_subcommand("inspect", _inspect_parser(), help="Print a checkpoint as readable JSON.")
-    commands.add_subcommand("convert", _convert_parser(), help="Write a checkpoint in another format (weights).")
+    commands.add_subcommand(
+        "convert", _convert_parser(), help="Write a checkpoint in another format (weights, file, sharded)."
+    )
     commands.add_subcommand("view", _view_parser(), help="Serve a live web view of runs on the statechart.")
     return parser

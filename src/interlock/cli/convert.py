@@ -14,7 +14,7 @@ import torch
 
 from interlock.connectors.weights import read_state_dict
 
-__all__ = ["CONVERTERS", "convert", "to_weights"]
+__all__ = ["CONVERTERS", "convert", "to_file", "to_sharded", "to_weights"]
 
 
 def _save_atomically(obj: object, dst: Path) -> None:
@@ -40,7 +40,21 @@ def to_weights(src: Path, dst: Path) -> str:
     return f"{len(weights)} tensors; load with module.load_state_dict(torch.load({str(dst)!r}, weights_only=True))"
 
 
-CONVERTERS: dict[str, Callable[[Path, Path], str]] = {"weights": to_weights}
+def to_file(src: Path, dst: Path) -> str:
+    """A sharded checkpoint directory as one checkpoint file (gathered in this process, no model built)."""
+    from interlock.cli.sharded_convert import sharded_to_file  # torch.distributed.checkpoint: slow to import
+
+    return f"one checkpoint file {sharded_to_file(src, dst)}"
+
+
+def to_sharded(src: Path, dst: Path) -> str:
+    """A checkpoint file as a sharded directory that any world size resumes from."""
+    from interlock.cli.sharded_convert import file_to_sharded
+
+    return f"a sharded checkpoint directory {file_to_sharded(src, dst)}"
+
+
+CONVERTERS: dict[str, Callable[[Path, Path], str]] = {"weights": to_weights, "file": to_file, "sharded": to_sharded}
 """``--to`` name -> converter ``(src, dst) -> one-line summary``."""
 
 

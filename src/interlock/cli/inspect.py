@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from interlock.connectors.checkpoint import CHECKPOINT_FORMAT
+from interlock.connectors.checkpoint import CHECKPOINT_FORMAT, is_sharded
 from interlock.core.errors import CheckpointError
 from interlock.plugins.checkpoint_io import TorchCheckpointIO
 
@@ -58,6 +58,26 @@ def to_json(value: Any, indent: int = 0, lead: int = 0, width: int = 100) -> str
     return "{\n" + ",\n".join(items) + f"\n{pad}}}"
 
 
+def _sharded(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A sharded directory's manifest (every file hash-checked) and plain part, tensors as empty specs."""
+    from interlock.plugins import sharded_io
+
+    manifest = sharded_io.read_manifest(path)
+    ckpt = TorchCheckpointIO().load_checkpoint(os.path.join(path, sharded_io.META), map_location="cpu")
+    specs = sharded_io.tensor_specs(path)
+    ckpt["model"] = {k.removeprefix("model."): v for k, v in specs.items() if k.startswith("model.")}
+    ckpt["optimizers"] = {k: v for k, v in specs.items() if k.startswith("optimizers.")}
+    files = manifest["files"]
+    header = {
+        "format": manifest["format"],
+        "version": manifest.get("version"),
+        "world_size": manifest.get("world_size"),
+        "files": len(files),
+        "bytes": sum(int(f.get("bytes", 0)) for f in files.values()),
+    }
+    return header, ckpt
+
+
 def summarize_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     """What the checkpoint at ``path`` holds; raises :class:`CheckpointError` for a bad file.
 
@@ -66,8 +86,11 @@ def summarize_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     before :func:`plain` walks anything.
     """
     io = TorchCheckpointIO()
-    header = io.read_header(path)
-    ckpt = io.load_checkpoint(path, map_location="cpu")
+    if is_sharded(path):
+        header, ckpt = _sharded(path)
+    else:
+        header = io.read_header(path)
+        ckpt = io.load_checkpoint(path, map_location="cpu")
     for key in ("format", "state", "model"):
         if key not in ckpt:
             raise CheckpointError(f"{path} is not an interlock checkpoint: it has no {key!r} entry")

@@ -23,9 +23,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
 import torch
 
-from interlock.connectors.data import load_datamodule_state, with_datamodule_state
+from interlock.connectors.data import load_datamodule_state, reposition, with_datamodule_state
 from interlock.connectors.metrics import scalars
 from interlock.connectors.optim import Scheduler
 from interlock.connectors.resume_check import check_optimizers, check_precision, check_rng, check_schedulers
@@ -37,6 +38,7 @@ from interlock.core.registry import Action, Registry
 from interlock.core.run import Run
 from interlock.core.state import TrainerState
 from interlock.core.updates import Interrupt, RestoreState, SaveCheckpoint, SetRunInfo, Update
+from interlock.plugins.checkpoint_io import TorchCheckpointIO
 from interlock.plugins.strategy import Strategy
 
 __all__ = [
@@ -187,14 +189,19 @@ def restore(
 ) -> TrainerState:
     """Load weights, gradients, optimizer and scheduler states in place (through ``strategy``); return the state."""
     strategy = strategy if strategy is not None else Strategy()
-    state = check_resumable(ckpt, module, optimizers, schedulers, source)
-    strategy.load_model_state_dict(module, ckpt["model"])
+    sharded = ckpt.get("sharded")
+    state = check_resumable(ckpt, module, [] if sharded else optimizers, schedulers, source)
+    if sharded:  # a directory: DCP loads model and optimizer state in place, resharded to this run
+        strategy.load_sharded(sharded, module, optimizers)
+    else:
+        strategy.load_model_state_dict(module, ckpt["model"])
     saved_grads = ckpt.get("grads") or {}
     for name, param in module.named_parameters():
         grad = saved_grads.get(name)
         param.grad = None if grad is None else grad.to(device=param.device, dtype=param.dtype)
-    for optimizer, saved in zip(optimizers, ckpt.get("optimizers", []), strict=False):
+    for optimizer, saved in zip([] if sharded else optimizers, ckpt.get("optimizers", []), strict=False):
         strategy.load_optimizer_state_dict(module, optimizer, saved)
+    for optimizer in optimizers:
         if state.global_step > 0:  # it has stepped in this run: torch need not warn "scheduler before optimizer"
             optimizer._opt_called = True  # type: ignore[attr-defined]
     for sched, saved in zip(schedulers, ckpt.get("schedulers", []), strict=False):
@@ -215,7 +222,7 @@ def check_ckpt_path(ckpt_path: Any, method: str = "fit") -> None:
 
 def _newest_last(root: Path) -> Path | None:
     runs = root / "runs"
-    found = [p for p in runs.glob("*/checkpoints/last.ckpt") if p.is_file()]
+    found = [p for p in runs.glob("*/checkpoints/last.ckpt") if p.is_file() or is_sharded(p)]
     return max(found, key=lambda p: (p.stat().st_mtime_ns, str(p))) if found else None
 
 
@@ -231,7 +238,7 @@ def resolve_ckpt_path(ckpt_path: str | os.PathLike[str], root: Path, run_dir: st
         return Path(ckpt_path)
     if run_dir:
         last = Path(run_dir) / "checkpoints" / "last.ckpt"
-        if not last.is_file():
+        if not (last.is_file() or is_sharded(last)):
             raise CheckpointError(
                 f"ckpt_path='last' resumes this trainer's run {run_dir}, but there is no last.ckpt in it "
                 f"({last}); pass a checkpoint path, or resume with a new Trainer to pick the newest run under {root}"
@@ -304,6 +311,9 @@ def _write(run: Run, path: str) -> None:
         state = state.replace(data={**state.data, "last_train": scalars(train.last_outputs, "train")})
     state = with_datamodule_state(run, state)
     strategy = run.hardware.strategy
+    if strategy.sharded_checkpoint:
+        _write_sharded(run, path, state, train.data.data_state() if train is not None else None)
+        return
     payload = dump(
         state,
         run.module,
@@ -319,6 +329,64 @@ def _write(run: Run, path: str) -> None:
     strategy.barrier()
 
 
+def _sio() -> Any:
+    """:mod:`interlock.plugins.sharded_io`, imported on demand (torch.distributed.checkpoint is slow to import)."""
+    from interlock.plugins import sharded_io
+
+    return sharded_io
+
+
+def is_sharded(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a sharded checkpoint directory (one with an ``interlock.json`` manifest)."""
+    return (Path(path) / "interlock.json").is_file()
+
+
+def _write_sharded(run: Run, path: str, state: TrainerState, data_state: Any) -> None:
+    """Every rank writes its shards (no gather) and RNG states; rank 0 the trainer state and the manifest."""
+    strategy = run.hardware.strategy
+    state_dict = state.to_dict()
+    if data_state is not None:
+        state_dict["data"] = {**state_dict["data"], "dataset": data_state}
+    rng = get_rng_states()
+    meta = {
+        "format": CHECKPOINT_FORMAT,
+        "state": state_dict,
+        "schedulers": [s.scheduler.state_dict() for s in run.schedulers],
+        "precision": dict(run.hardware.precision.state_dict()),
+        "rng": rng,
+    }
+    _sio().save_sharded(
+        path,
+        strategy.sharded_state(run.module, run.optimizers),
+        meta,
+        {"rng": rng},
+        strategy.global_rank,
+        strategy.world_size,
+        strategy.broadcast,
+        strategy.barrier,
+    )
+
+
+def read_checkpoint(io: TorchCheckpointIO, path: Path, map_location: Any, rank: int = 0) -> dict[str, Any]:
+    """A checkpoint file, or a sharded directory's plain part (all its files hash-checked first).
+
+    For a directory, ``model`` holds empty (meta-device) tensors of the saved shapes, for the
+    checks; ``sharded`` names the directory the tensors are loaded from; ``rng`` is this rank's.
+    """
+    if not is_sharded(path):  # a file (a directory without a manifest is refused as not a file)
+        return io.load_checkpoint(path, map_location=map_location)
+    sio = _sio()
+    manifest = sio.read_manifest(path)
+    ckpt: dict[str, Any] = io.load_checkpoint(path / sio.META, map_location=map_location)
+    saved_ranks = manifest.get("world_size", 1)
+    ckpt["rng"] = io.load_checkpoint(sio.rank_file(path, rank, saved_ranks))["rng"]
+    ckpt["model"] = {
+        key.removeprefix("model."): spec for key, spec in sio.tensor_specs(path).items() if key.startswith("model.")
+    }
+    ckpt["sharded"] = str(path)
+    return ckpt
+
+
 def register(reg: Registry) -> None:
     """``checkpoint.*`` actions and the ``SaveCheckpoint`` effect (the writer)."""
 
@@ -330,7 +398,7 @@ def register(reg: Registry) -> None:
             if run.plan.ckpt_path is None:
                 return None
             path = resolve_ckpt_path(run.plan.ckpt_path, Path(run.plan.root), run.plan.run_dir)
-            ckpt = run.checkpoint_io.load_checkpoint(path, map_location=run.device)
+            ckpt = read_checkpoint(run.checkpoint_io, path, run.device, run.hardware.strategy.global_rank)
             source = str(path)
             if run.stage != "fit":
                 check_fits(ckpt, run.module, source)
@@ -358,7 +426,9 @@ def register(reg: Registry) -> None:
 
         def act() -> None:
             loaded = run.extras.pop(_LOADED, None)
-            if loaded is not None:
+            if loaded is not None and loaded[0].get("sharded"):
+                run.hardware.strategy.load_sharded(loaded[0]["sharded"], run.module, [])
+            elif loaded is not None:
                 run.hardware.strategy.load_model_state_dict(run.module, loaded[0]["model"])
 
         return act
@@ -377,6 +447,10 @@ def register(reg: Registry) -> None:
             run.hardware.precision.load_state_dict(ckpt.get("precision", {}))
             load_datamodule_state(run, saved)
             now = run.state  # this process's rank and run directory, not the saving process's
+            train = run.feeds.get("train")
+            if train is not None:  # the data position is global samples: continue it on this world size
+                data, batch_idx = reposition(saved.data, saved.progress.batch_idx, now.world_size, train.data.loader)
+                saved = saved.replace(data=data, progress=attrs.evolve(saved.progress, batch_idx=batch_idx))
             restored = saved.replace(
                 stage="fit",
                 status="running",
@@ -423,6 +497,9 @@ def register(reg: Registry) -> None:
             _write(run, request.path)
             if run.hardware.strategy.is_global_zero:
                 for old in request.replaces:
-                    run.checkpoint_io.remove_checkpoint(old, replaced_by=request.path)
+                    if is_sharded(old):
+                        _sio().remove_sharded(old)
+                    else:
+                        run.checkpoint_io.remove_checkpoint(old, replaced_by=request.path)
 
         return save

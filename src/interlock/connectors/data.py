@@ -38,6 +38,7 @@ __all__ = [
     "num_batches",
     "prepare_loader",
     "register",
+    "reposition",
     "split_loaders",
     "with_datamodule_state",
 ]
@@ -57,6 +58,7 @@ class PositionSampler(Sampler[int]):
         self.size, self.shuffle = size, shuffle
         self.num_replicas, self.rank = num_replicas, rank
         self.start = 0
+        self.skip = 0  # global samples of the epoch's order already consumed (a resume on another world size)
         self.seed: int | None = None
 
     def __len__(self) -> int:
@@ -71,8 +73,10 @@ class PositionSampler(Sampler[int]):
             order = torch.randperm(self.size, generator=g).tolist()
         else:
             order = list(range(self.size))
+        if self.skip:
+            order = order[self.skip :]
         if self.num_replicas > 1:
-            total = len(self) * self.num_replicas
+            total = math.ceil(len(order) / self.num_replicas) * self.num_replicas
             order = (order * math.ceil(total / max(len(order), 1)))[:total]
             order = order[self.rank : total : self.num_replicas]
         return order
@@ -168,14 +172,17 @@ class EpochData:
             if obj is not None and hasattr(obj, "set_epoch") and not isinstance(obj, PositionSampler):
                 obj.set_epoch(epoch)
 
-    def iterate(self, start: int = 0, seed: int | None = None, state: Any = None) -> Iterator[Any]:
+    def iterate(self, start: int = 0, seed: int | None = None, state: Any = None, skip: int = 0) -> Iterator[Any]:
         """An iterator over the epoch that begins at batch ``start``.
 
-        ``seed`` fixes the shuffle order (resume); ``None`` draws a fresh one.
+        ``seed`` fixes the shuffle order (resume); ``None`` draws a fresh one. ``skip``
+        (global samples already consumed, from a run with another world size or batch
+        size) starts the epoch's global order there and shards the rest across this run's ranks.
         """
         if self.sampler is not None:
             self.sampler.seed = seed
-            self.sampler.start = start * (self.loader.batch_size or 1)  # type: ignore[attr-defined]
+            self.sampler.skip = skip
+            self.sampler.start = 0 if skip else start * (self.loader.batch_size or 1)  # type: ignore[attr-defined]
             return iter(self.loader)
         if state is not None and hasattr(self.dataset, "load_state_dict"):
             self.dataset.load_state_dict(state)  # type: ignore[union-attr]
@@ -280,6 +287,46 @@ def _needs_step(module: Any, name: str) -> bool:
     """The module implements ``name`` (not only interlock's placeholder)."""
     fn = getattr(type(module), name, None)
     return fn is not None and fn is not getattr(Module, name, None)
+
+
+def reposition(data: Mapping[str, Any], batch_idx: int, world_size: int, loader: Any) -> tuple[dict[str, Any], int]:
+    """Translate a saved data position to this run's world size and batch size: ``(data, batch_idx)``.
+
+    The position is kept in global samples: ``batch_idx * batch_size * world_size`` of
+    the epoch's global order were consumed when the checkpoint was saved. When this run
+    splits batches differently, the epoch restarts at that sample (``data['skip']``) and
+    ``batch_idx`` becomes the whole batches of the new global batch it covers. Unchanged
+    layouts (and loaders interlock cannot position) are returned as they are. When the
+    global batch changes, training is not the run it continues, and a warning says so.
+    """
+    saved_world, saved_batch = data.get("world_size"), data.get("batch_size")
+    batch = getattr(loader, "batch_size", None)
+    if not isinstance(saved_world, int) or not isinstance(saved_batch, int) or not isinstance(batch, int):
+        return dict(data), batch_idx
+    if (saved_world, saved_batch) == (world_size, batch) or data.get("exhausted"):
+        return dict(data), batch_idx
+    consumed = batch_idx * saved_batch * saved_world
+    saved_global, global_batch = saved_batch * saved_world, batch * world_size
+    if saved_global != global_batch:
+        warnings.warn(
+            f"resuming a run saved with {saved_world} process(es) x batch_size={saved_batch} (global batch "
+            f"{saved_global}) on {world_size} process(es) x batch_size={batch} (global batch {global_batch}): "
+            f"the data continues at global sample {consumed} of the epoch, each sample once, but every step now "
+            f"averages {global_batch} samples, so training is not the run it continues; keep the global batch "
+            f"(batch_size={saved_global // world_size if saved_global % world_size == 0 else '?'} per process) to "
+            "continue it",
+            stacklevel=2,
+        )
+    if not isinstance(getattr(loader, "sampler", None), PositionSampler):
+        warnings.warn(
+            f"the training loader cannot start at global sample {consumed} (not a map-style dataset with a "
+            "RandomSampler/SequentialSampler): the epoch resumes by batches of this run, so samples can repeat "
+            "or be skipped",
+            stacklevel=2,
+        )
+        return dict(data), batch_idx
+    new = {**data, "skip": consumed, "world_size": world_size, "batch_size": batch}
+    return new, consumed // global_batch
 
 
 def _describe(loader: Any) -> str:
@@ -434,9 +481,11 @@ def register(reg: Registry) -> None:
             if feed.exhausted or (feed.limit is not None and counters.batch_idx >= feed.limit):
                 feed.it = iter(())  # nothing left to read: leave the loader's own state alone
             else:
-                feed.it = feed.data.iterate(counters.batch_idx, data.get("seed"), data.get("dataset"))
-            kept = {k: v for k, v in data.items() if k not in ("dataset", "last_train", "datamodule")}
-            return SetDataPosition(kept, replace=True)
+                feed.it = feed.data.iterate(
+                    counters.batch_idx, data.get("seed"), data.get("dataset"), data.get("skip", 0)
+                )
+            drop = ("dataset", "last_train", "datamodule", "skip")
+            return SetDataPosition({k: v for k, v in data.items() if k not in drop}, replace=True)
 
         return act
 
@@ -466,8 +515,12 @@ def register(reg: Registry) -> None:
                 return SetDataPosition({"exhausted": True})
             step.batch = batch if prepare is None else prepare(batch)
             step.index, step.fetched = counters.batch_idx, True
-            if counters.batch_idx == 0:  # the epoch's order is known now
-                return SetDataPosition({"seed": feed.data.seed, "epoch": counters.epoch})
+            if counters.batch_idx == 0:  # the epoch's order is known now; the layout turns batches into samples
+                world = run.dist.world_size if run.dist is not None else 1
+                batch_size = getattr(feed.loader, "batch_size", None)
+                return SetDataPosition(
+                    {"seed": feed.data.seed, "epoch": counters.epoch, "world_size": world, "batch_size": batch_size}
+                )
             return None
 
         return act

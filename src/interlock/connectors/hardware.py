@@ -21,7 +21,7 @@ from interlock.plugins.strategy import SingleDevice, Strategy
 
 __all__ = ["STRATEGIES", "Hardware", "register", "resolve_hardware"]
 
-STRATEGIES = ("auto", "single_device", "ddp", "ddp_spawn", "fsdp")
+STRATEGIES = ("auto", "single_device", "ddp", "ddp_spawn", "fsdp", "fsdp_sharded")
 
 
 @attrs.define
@@ -75,7 +75,7 @@ def resolve_hardware(
             f"Trainer(strategy='single_device') runs on one device but devices={devices!r} selects {len(indices)}; "
             "use strategy='ddp' or devices=1"
         )
-    if strategy == "fsdp" and prec.flag in _fsdp().unsupported_precision:
+    if strategy in ("fsdp", "fsdp_sharded") and prec.flag in _fsdp().unsupported_precision:
         raise ValueError(
             f"Trainer(strategy='fsdp', precision={prec.flag!r}) is not supported: "
             f"{_fsdp().unsupported_precision[prec.flag]}; use precision='bf16-mixed', '32-true' or a '*-true' flag"
@@ -85,7 +85,8 @@ def resolve_hardware(
             f"Trainer(strategy='ddp_spawn') starts its own processes, but {env.name} already started "
             f"{env.world_size()}; use strategy='ddp' under an external launcher"
         )
-    if strategy in ("ddp", "fsdp") and env.creates_processes_externally and env.local_rank() >= len(indices):
+    external = env.creates_processes_externally
+    if strategy in ("ddp", "fsdp", "fsdp_sharded") and external and env.local_rank() >= len(indices):
         raise ValueError(
             f"Trainer(devices={devices!r}) selects {len(indices)} device(s), but {env.name} started this process "
             f"as local rank {env.local_rank()}; pass devices= the number of processes per node"
@@ -102,8 +103,8 @@ def build_strategy(name: str, num_devices: int, environment: ClusterEnvironment 
         return DDPStrategy(num_devices, environment)
     if name == "ddp_spawn":
         return DDPSpawnStrategy(num_devices)
-    if name == "fsdp":
-        strategy: Strategy = _fsdp()(num_devices, environment)
+    if name in ("fsdp", "fsdp_sharded"):
+        strategy: Strategy = _fsdp()(num_devices, environment, sharded_checkpoint=name == "fsdp_sharded")
         return strategy
     raise ValueError(f"Trainer(strategy={name!r}) is invalid: choose one of {', '.join(repr(s) for s in STRATEGIES)}")
 

@@ -5,7 +5,10 @@ The module's steps are wrapped in one root :class:`~interlock.plugins.ddp.StepMo
 that is sharded (after any submodules ``shard`` selects), so parameters are
 gathered around every step whether or not the step calls ``self(...)``.
 
-Checkpoints hold *full* state dicts, gathered to rank 0 on the CPU, with the
+With ``strategy="fsdp_sharded"`` checkpoints are sharded directories instead
+(:mod:`interlock.plugins.sharded_io`): each rank writes its own shards, nothing is gathered.
+
+Otherwise checkpoints hold *full* state dicts, gathered to rank 0 on the CPU, with the
 optimizer state keyed by integer ids as ``torch.optim`` writes it: an FSDP
 checkpoint is an ordinary interlock checkpoint that loads into a single-device
 run, and the other way round.
@@ -59,9 +62,13 @@ class FSDPStrategy(DDPStrategy):
         num_devices: int = 1,
         environment: ClusterEnvironment | None = None,
         shard: Callable[[torch.nn.Module], bool] | None = None,
+        sharded_checkpoint: bool = False,
     ) -> None:
         super().__init__(num_devices, environment)
         self.shard = shard
+        self.sharded_checkpoint = sharded_checkpoint
+        if sharded_checkpoint:
+            self.name = "fsdp_sharded"
         self._root: StepModule | None = None
 
     def setup_module(self, module: torch.nn.Module, device: torch.device) -> Distributed:

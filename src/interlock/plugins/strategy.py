@@ -8,7 +8,7 @@ when there is one), a metric reducer, a flag agreement, and data sharding.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -43,6 +43,8 @@ class Strategy:
     """
 
     name = "single_device"
+    #: Write checkpoints as sharded directories through ``torch.distributed.checkpoint`` (``"fsdp_sharded"``).
+    sharded_checkpoint = False
 
     def __init__(self) -> None:
         self.world_size = 1
@@ -83,6 +85,30 @@ class Strategy:
     ) -> None:
         """Load a full optimizer state dict (as :meth:`optimizer_state_dict` returns)."""
         optimizer.load_state_dict(dict(state))
+
+    def sharded_state(self, module: torch.nn.Module, optimizers: Sequence[torch.optim.Optimizer]) -> dict[str, Any]:
+        """Model and optimizer state as this rank holds it (DTensor shards under FSDP), keyed by parameter name.
+
+        What a sharded checkpoint saves, and the template it is loaded into (DCP loads in place).
+        """
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
+        return {
+            "model": get_model_state_dict(module),
+            "optimizers": [get_optimizer_state_dict(module, o) for o in optimizers],
+        }
+
+    def load_sharded(self, path: str, module: torch.nn.Module, optimizers: Sequence[torch.optim.Optimizer]) -> None:
+        """Load a sharded checkpoint directory's model (and optimizer) state, resharded to this run's ranks."""
+        from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
+
+        from interlock.plugins.sharded_io import load_tensors
+
+        state = self.sharded_state(module, optimizers)
+        load_tensors(path, state)
+        set_model_state_dict(module, state["model"])
+        for optimizer, saved in zip(optimizers, state["optimizers"], strict=True):
+            set_optimizer_state_dict(module, optimizer, saved)
 
     def setup_environment(self, device: torch.device, backend: str) -> None:
         """Join the process group (no-op for one process)."""

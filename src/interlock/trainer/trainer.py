@@ -48,7 +48,8 @@ class Trainer:
         gradient_clip_algorithm: ``"norm"`` or ``"value"``.
         accelerator: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"gpu"`` or ``"mps"``.
         devices: Device count, indices (``[0, 1]``, ``"0,1"``), ``"auto"`` or ``-1`` (all).
-        strategy: ``"auto"``, ``"single_device"``, ``"ddp"``, ``"ddp_spawn"`` or ``"fsdp"``.
+        strategy: ``"auto"``, ``"single_device"``, ``"ddp"``, ``"ddp_spawn"``, ``"fsdp"`` or ``"fsdp_sharded"``
+            (FSDP whose checkpoints are sharded directories).
         precision: ``"32-true"``, ``"64-true"``, ``"16-mixed"``, ``"bf16-mixed"``, ``"16-true"``, ``"bf16-true"``.
         listeners: Listener objects; ``None`` installs the defaults, ``[]`` none.
         default_root_dir: Where ``runs/version_N`` folders are made (default: the working directory).
