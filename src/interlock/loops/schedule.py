@@ -66,10 +66,12 @@ class ValSchedule:
         return done % every == 0
 
 
-def _stopping(run: Run) -> bool:
-    """A stop was asked for or ``max_steps`` is reached, agreed by every process."""
-    max_steps = run.config.max_steps
-    stop = run.facts.should_stop or (max_steps != -1 and run.counters.global_step >= max_steps)
+def _stopping(run: Run, epochs_done: int) -> bool:
+    """A stop was asked for (and ``min_epochs``/``min_steps`` allow it) or ``max_steps`` is reached, agreed by all."""
+    cfg, c = run.config, run.counters
+    max_steps = cfg.max_steps
+    asked = run.facts.should_stop and cfg.can_stop(epochs_done, c.global_step)
+    stop = asked or (max_steps != -1 and c.global_step >= max_steps)
     agree = run.dist.agree if run.dist is not None else None
     return agree(stop) if agree is not None else stop
 
@@ -117,15 +119,17 @@ def register(reg: Registry) -> None:
 
     @reg.guard("limits.epoch_done")
     def epoch_done(run: Run, params: Mapping[str, Any]) -> Guard:
-        """The epoch's batch limit is reached, a stop was agreed, or max_steps is reached."""
+        """The epoch's batch limit is reached, a stop was agreed (min_epochs/min_steps met), or max_steps is reached."""
         if "train" not in run.feeds:
             return _never
-        counters, signals, feed = run.counters, run.signals, run.feeds["train"]
+        counters, signals, feed, cfg = run.counters, run.signals, run.feeds["train"], run.config
         max_steps = run.config.max_steps if run.config.max_steps != -1 else None
 
         def done() -> bool:
             limit = feed.limit
-            if (limit is not None and counters.batch_idx >= limit) or signals.stop:
+            if limit is not None and counters.batch_idx >= limit:
+                return True
+            if signals.stop and cfg.can_stop(counters.epoch, counters.global_step):  # min_epochs: the epoch runs on
                 return True
             return max_steps is not None and counters.global_step >= max_steps
 
@@ -134,7 +138,7 @@ def register(reg: Registry) -> None:
     @reg.guard("limits.epoch_done_after_val")
     def epoch_done_after_val(run: Run, params: Mapping[str, Any]) -> Guard:
         """After validation: the epoch's data ran out or its limit is reached, or the fit is stopping."""
-        return lambda: run.feeds["train"].exhausted or _epoch_over(run) or _stopping(run)
+        return lambda: run.feeds["train"].exhausted or _epoch_over(run) or _stopping(run, run.counters.epoch)
 
     @reg.guard("limits.nothing_to_train")
     def nothing_to_train(run: Run, params: Mapping[str, Any]) -> Guard:
@@ -152,6 +156,6 @@ def register(reg: Registry) -> None:
 
         def done() -> bool:
             epochs = run.config.epochs
-            return _stopping(run) or (epochs is not None and run.counters.epoch + 1 >= epochs)
+            return _stopping(run, run.counters.epoch + 1) or (epochs is not None and run.counters.epoch + 1 >= epochs)
 
         return done
