@@ -83,8 +83,13 @@ def _rebuild(loader: DataLoader, sampler: Sampler[int]) -> DataLoader:
     return DataLoader(loader.dataset, sampler=sampler, **kwargs)
 
 
-def prepare_loader(loader: Iterable[Any], num_replicas: int = 1, rank: int = 0) -> Iterable[Any]:
-    """Make ``loader`` resumable (and sharded across ranks) where that is possible."""
+def prepare_loader(
+    loader: Iterable[Any], num_replicas: int = 1, rank: int = 0, unshuffle: str | None = None
+) -> Iterable[Any]:
+    """Make ``loader`` resumable (and sharded across ranks) where that is possible.
+
+    ``unshuffle`` (a loop's name) turns shuffling off with Lightning's warning (``overfit_batches``).
+    """
     if not isinstance(loader, DataLoader) or loader.batch_size is None:
         return loader
     sampler = loader.sampler
@@ -97,7 +102,16 @@ def prepare_loader(loader: Iterable[Any], num_replicas: int = 1, rank: int = 0) 
     if not isinstance(loader.dataset, Sized):
         return loader
     size = len(loader.dataset)
-    return _rebuild(loader, PositionSampler(size, isinstance(sampler, RandomSampler), num_replicas, rank))
+    shuffle = isinstance(sampler, RandomSampler)
+    if shuffle and unshuffle is not None:
+        warnings.warn(
+            f"You requested to overfit but enabled {unshuffle} dataloader shuffling. "
+            f"We are turning off the {unshuffle} dataloader shuffling for you.",
+            UserWarning,
+            stacklevel=2,
+        )
+        shuffle = False
+    return _rebuild(loader, PositionSampler(size, shuffle, num_replicas, rank))
 
 
 def _length(loader: Iterable[Any]) -> int | None:
@@ -194,8 +208,8 @@ class Feed:
         self.exhausted = False
         self.last_outputs: Any = None
 
-    def prepare(self, world_size: int, rank: int, limit: int | float | None) -> None:
-        self.data = EpochData(prepare_loader(self.loader, world_size, rank))
+    def prepare(self, world_size: int, rank: int, limit: int | float | None, unshuffle: str | None = None) -> None:
+        self.data = EpochData(prepare_loader(self.loader, world_size, rank, unshuffle))
         self.limit = num_batches(self.data.loader, limit)
 
 
@@ -238,7 +252,9 @@ def register(reg: Registry) -> None:
             dist, cfg = run.dist, run.config
             for key, feed in run.feeds.items():
                 limit = cfg.limit(key)
-                feed.prepare(dist.world_size if dist else 1, dist.rank if dist else 0, limit)
+                overfit = cfg.overfit_batches > 0 and run.stage == "fit" and key in ("train", "val")
+                unshuffle = {"train": "training", "val": "validation"}.get(key) if overfit else None
+                feed.prepare(dist.world_size if dist else 1, dist.rank if dist else 0, limit, unshuffle)
             train = run.feeds.get("train")
             if run.stage == "fit" and train is not None:
                 check_training_data(train, cfg.val_check_interval)

@@ -130,7 +130,13 @@ def resolve_listeners(
     enable_checkpointing = _flag("enable_checkpointing", enable_checkpointing)
     enable_progress_bar = _flag("enable_progress_bar", enable_progress_bar)
     enable_trace = _flag("enable_trace", enable_trace)
-    if not enable_checkpointing and any(isinstance(x, ModelCheckpoint) for x in given):
+    if logger is None or logger is True:
+        loggers: list[Listener] = [] if any(isinstance(x, CSVLogger) for x in given) else [CSVLogger()]
+    elif logger is False:
+        loggers = []
+    else:
+        loggers = _as_list("logger", logger)
+    if not enable_checkpointing and any(isinstance(x, ModelCheckpoint) for x in given + loggers):
         raise ValueError(
             "Trainer(enable_checkpointing=False) with a ModelCheckpoint in listeners: remove the ModelCheckpoint "
             "or set enable_checkpointing=True (Lightning refuses this too)"
@@ -140,20 +146,15 @@ def resolve_listeners(
             "Trainer(enable_progress_bar=False) with a ProgressBar in listeners: remove the ProgressBar "
             "or set enable_progress_bar=True (Lightning refuses this too)"
         )
-    if logger is None or logger is True:
-        loggers: list[Listener] = [] if any(isinstance(x, CSVLogger) for x in given) else [CSVLogger()]
-    elif logger is False:
-        loggers = []
-    else:
-        loggers = _as_list("logger", logger)
+    chosen = loggers + given
     defaults: list[Listener] = []
-    if enable_progress_bar and not any(isinstance(x, ProgressBar) for x in given):
+    if enable_progress_bar and not any(isinstance(x, ProgressBar) for x in chosen):
         defaults.append(ProgressBar())
-    defaults += loggers
-    if enable_trace and not any(isinstance(x, EventTrace) for x in given):
-        defaults.append(EventTrace())
-    out = defaults + given
-    if enable_checkpointing and not any(isinstance(x, ModelCheckpoint) for x in given):
+    out = defaults + loggers
+    if enable_trace and not any(isinstance(x, EventTrace) for x in chosen):
+        out.append(EventTrace())
+    out += given
+    if enable_checkpointing and not any(isinstance(x, ModelCheckpoint) for x in chosen):
         out.append(ModelCheckpoint(save_last=True))
     for listener in out:
         listener.configure(config)
