@@ -242,3 +242,75 @@ def test_tensorboard_takes_the_trainers_log_every_n_steps() -> None:
     assert (follows.log_every_n_steps, own.log_every_n_steps) == (3, 7)
     with pytest.raises(ValueError, match=r"min_epochs=-1"):
         interlock.Trainer(min_epochs=-1)
+
+
+# -- ModelCheckpoint against Lightning -----------------------------------------------------
+def checkpoint_both(tmp_path: Path, val: bool, ckpt: dict[str, Any], **flags: Any) -> tuple[Any, Any, Any]:
+    """Fit both with a ModelCheckpoint(**ckpt) writing to its own dirpath: (our trainer, our listener, theirs)."""
+    flags = {"max_epochs": 4, "num_sanity_val_steps": 0, "limit_val_batches": 1, **flags}
+    mine = ModelCheckpoint(dirpath=tmp_path / "ours", **ckpt)
+    trainer = interlock.Trainer(**only(mine), default_root_dir=tmp_path, accelerator="cpu", **flags)
+    trainer.fit(Ours(), loader(64, 16), loader(16, 16) if val else None)
+    monitor = ckpt.get("monitor")
+    theirs_kw = {**ckpt, "monitor": "m" if monitor == "train_m" else monitor}
+    theirs = pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "theirs", **theirs_kw)
+    lightning = pl.Trainer(
+        callbacks=[theirs],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        default_root_dir=tmp_path / "pl",
+        **flags,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lightning.fit(Theirs(), loader(64, 16), loader(16, 16) if val else None)
+    return trainer, mine, theirs
+
+
+def _names(paths: Any) -> list[str]:
+    return sorted(Path(p).name for p in paths)
+
+
+@pytest.mark.parametrize(
+    ("val", "ckpt", "flags"),
+    [
+        (True, {"monitor": "train_m", "save_top_k": 2}, {}),
+        (False, {"monitor": "train_m", "save_top_k": 2, "save_last": True}, {}),
+        (True, {"monitor": "val_score", "save_top_k": 2}, {"check_val_every_n_epoch": 2}),
+        (True, {"monitor": "train_m", "save_top_k": -1}, {"check_val_every_n_epoch": 2}),
+        (True, {"monitor": "train_m", "save_top_k": 1, "save_on_train_epoch_end": True}, {}),
+        (True, {"monitor": "epoch", "mode": "max", "save_top_k": 2}, {}),
+        (True, {"monitor": "step", "save_top_k": 1}, {}),
+        (True, {"filename": "{epoch}-{step}", "auto_insert_metric_name": False, "save_top_k": -1}, {}),
+        (False, {"filename": "fixed", "save_top_k": -1}, {}),
+        (False, {"filename": "fixed", "save_top_k": -1, "enable_version_counter": False}, {}),
+    ],
+)
+def test_model_checkpoint_keeps_what_lightning_keeps(
+    tmp_path: Path, val: bool, ckpt: dict[str, Any], flags: dict[str, Any]
+) -> None:
+    """Files, best_k_models (names and scores), best_model_path and last_model_path are Lightning's."""
+    trainer, mine, theirs = checkpoint_both(tmp_path, val, ckpt, **flags)
+    state = trainer.state
+    assert _names((tmp_path / "ours").iterdir()) == _names((tmp_path / "theirs").iterdir())
+    ours_k = {Path(p).name: s for p, s in mine.best_k_models(state).items()}
+    theirs_k = {Path(p).name: (None if s is None else float(s)) for p, s in theirs.best_k_models.items()}
+    if ckpt.get("monitor") is None:
+        ours_k = dict.fromkeys(ours_k)
+        theirs_k = dict.fromkeys(theirs_k)
+    assert ours_k == pytest.approx(theirs_k)
+    assert Path(mine.best_model_path(state)).name == Path(theirs.best_model_path).name
+    assert Path(mine.last_model_path(state)).name == Path(theirs.last_model_path).name
+
+
+def test_save_weights_only_writes_no_training_state_and_cannot_resume(tmp_path: Path) -> None:
+    """save_weights_only: the file holds weights but no optimizer state; resuming a fit from it is refused."""
+    mine = ModelCheckpoint(dirpath=tmp_path / "w", save_weights_only=True, save_last=True)
+    trainer = interlock.Trainer(**only(mine), max_epochs=1, default_root_dir=tmp_path, accelerator="cpu")
+    trainer.fit(Ours(), loader(64, 16))
+    last = mine.last_model_path(trainer.state)
+    again = interlock.Trainer(**only(), max_epochs=2, default_root_dir=tmp_path, accelerator="cpu")
+    with pytest.raises(Exception, match="save_weights_only=True"):
+        again.fit(Ours(), loader(64, 16), ckpt_path=last)
