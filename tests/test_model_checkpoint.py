@@ -170,11 +170,16 @@ def test_nan_is_never_better_than_a_number(tmp_path: Path) -> None:
 
 
 def test_repeated_names_get_versions(tmp_path: Path) -> None:
-    """A template that repeats gets -v1, -v2 when all are kept, and is overwritten in place when only one is."""
-    fit(tmp_path / "all", ModelCheckpoint(filename="model", save_top_k=-1), max_epochs=3)
+    """A repeated name gets -v1, -v2 when a monitor keeps all; without one the latest is overwritten (Lightning)."""
+    fit(tmp_path / "all", ModelCheckpoint(filename="model", save_top_k=-1, monitor="val_loss"), max_epochs=3)
     assert files(tmp_path / "all") == ["model-v1.ckpt", "model-v2.ckpt", "model.ckpt"]
+    fit(tmp_path / "none", ModelCheckpoint(filename="model", save_top_k=-1), max_epochs=3)
+    assert files(tmp_path / "none") == ["model.ckpt"]
     fit(tmp_path / "one", ModelCheckpoint(filename="model"), max_epochs=3)
     assert files(tmp_path / "one") == ["model.ckpt"]
+    unversioned = ModelCheckpoint(filename="model", save_top_k=-1, monitor="val_loss", enable_version_counter=False)
+    fit(tmp_path / "off", unversioned, max_epochs=3)
+    assert files(tmp_path / "off") == ["model.ckpt"]
 
 
 def test_bookkeeping_survives_resume(tmp_path: Path) -> None:
