@@ -15,14 +15,15 @@ Save points:
 
 - ``fit.train.batch.end``: every ``every_n_train_steps`` optimizer steps, or when
   ``train_time_interval`` has passed since the last save;
-- ``fit.train.val.end``: after each validation, in epochs that
-  ``every_n_epochs`` selects (the default: every epoch), so ``monitor`` sees fresh
-  validation metrics;
-- ``fit.train.epoch_end``: in those epochs when no validation ran in the epoch;
+- ``fit.train.val.end`` / ``fit.train.epoch_end``: in the epochs ``every_n_epochs``
+  selects (default every epoch), where Lightning's ``save_on_train_epoch_end`` says:
+  ``True`` at the training epoch end, ``False`` after each validation, ``None`` at the
+  epoch end when ``check_val_every_n_epoch=1`` and either ``val_check_interval=1.0`` or
+  no validation ran in the epoch (so a training-metric monitor scores the current epoch);
   and ``last.ckpt`` is rewritten at every epoch end when ``save_last``.
 
 ModelCheckpoint handles the same events as EarlyStopping and relies on the
-default listener order (it is last in ``default_listeners()``): by the time it
+default listener order (the Trainer installs it last): by the time it
 saves, the other listeners' updates for the event are in the state it saves.
 """
 
@@ -75,6 +76,12 @@ class ModelCheckpoint(Listener):
         every_n_epochs: save in every N-th epoch (default 1 when no other trigger is set).
         train_time_interval: save when this much wall time has passed (timedelta or seconds).
         key: name of this listener's state; give two instances different keys.
+        verbose: log each save decision (Lightning's messages).
+        auto_insert_metric_name: ``False``: fill placeholders without the ``name=`` prefix.
+        save_on_train_epoch_end: save at the training epoch end (``True``), after validation
+            (``False``), or as Lightning decides (``None``, see the module docstring).
+        enable_version_counter: ``False``: overwrite a kept file of the same name instead of ``-v1``.
+        save_weights_only: leave the optimizer, scheduler and gradient state out (cannot resume a fit).
 
     """
 
