@@ -64,7 +64,7 @@ class Trainer:
         min_epochs: A stop request (early stopping) waits until this many epochs are done.
         min_steps: A stop request waits until this many optimizer steps are done.
         overfit_batches: Train and validate on the first N batches (int) or fraction (float), unshuffled.
-        log_every_n_steps: Write logged training metrics every N steps (Lightning's default 50).
+        log_every_n_steps: Per-step logging cadence of the loggers that have one (``TensorBoardLogger``).
         default_root_dir: Where ``runs/version_N`` folders are made (default: the working directory).
         seed: Seed python, numpy and torch before the run.
         deterministic: Ask torch for deterministic algorithms.
@@ -103,7 +103,7 @@ class Trainer:
         min_epochs: int | None = None,
         min_steps: int | None = None,
         overfit_batches: int | float = 0.0,
-        log_every_n_steps: int | None = None,
+        log_every_n_steps: int = 50,
         default_root_dir: str | os.PathLike[str] | None = None,
         seed: int | None = None,
         deterministic: bool = False,
@@ -132,7 +132,7 @@ class Trainer:
             min_epochs=min_epochs,
             min_steps=min_steps,
             overfit_batches=overfit_batches,
-            log_every_n_steps=50 if log_every_n_steps is None else log_every_n_steps,
+            log_every_n_steps=log_every_n_steps,
         )
         if not isinstance(deterministic, bool):
             raise ValueError(
