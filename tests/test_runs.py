@@ -383,9 +383,9 @@ def test_last_resumes_the_trainers_own_run_and_says_what_it_resumes(
     own = interlock.Trainer(max_epochs=1, **only(ModelCheckpoint(save_last=True)), default_root_dir=tmp_path)
     own.fit(TinyModule(), loader())
     other = interlock.Trainer(
-        max_epochs=1, fast_dev_run=True, **only(ModelCheckpoint(save_last=True)), default_root_dir=tmp_path
+        max_epochs=1, limit_train_batches=1, **only(ModelCheckpoint(save_last=True)), default_root_dir=tmp_path
     )
-    other.fit(TinyModule(), loader())  # a newer smoke run with its own last.ckpt
+    other.fit(TinyModule(), loader())  # a newer short run with its own last.ckpt (fast_dev_run saves none)
     assert own.state.run_dir != other.state.run_dir
     capsys.readouterr()
     own.fit(TinyModule(), loader(), ckpt_path="last")
