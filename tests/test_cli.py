@@ -131,6 +131,8 @@ def preempted(plugins: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[s
         str(root),
         "--trainer.listeners",
         '[{"class_path": "cli_plugins.KillAt"}, {"class_path": "cli_plugins.Counter"}]',
+        "--trainer.enable_checkpointing",  # last.ckpt stays the preemption save (written by the trainer itself)
+        "false",
     ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugins), os.environ.get("PYTHONPATH", "")])}
     done = _cli(*args, cwd=root, env=env)
