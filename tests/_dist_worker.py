@@ -107,7 +107,8 @@ class Net(interlock.Module):
 
 def make_trainer(root: Path, **kwargs: Any) -> interlock.Trainer:
     kwargs.setdefault("num_sanity_val_steps", 0)
-    return interlock.Trainer(accelerator="cpu", listeners=[], default_root_dir=root, **kwargs)
+    bare = {"logger": False, "enable_trace": False, "enable_progress_bar": False, "enable_checkpointing": False}
+    return interlock.Trainer(accelerator="cpu", listeners=[], default_root_dir=root, **bare, **kwargs)
 
 
 def rank() -> int:

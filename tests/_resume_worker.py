@@ -164,6 +164,9 @@ def run(args: argparse.Namespace, root: str, save_at: int | None = None, ckpt_ou
         seed=SEED,
         accelerator="cpu",
         listeners=listeners(),
+        logger=False,
+        enable_trace=False,
+        enable_progress_bar=False,
         default_root_dir=root,
     )
     torch.manual_seed(SEED)  # the initial weights

@@ -41,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     trainer = interlock.Trainer(
         max_epochs=args.max_epochs,
         listeners=[ModelCheckpoint(save_last=True)],
+        logger=False,
+        enable_trace=False,
+        enable_progress_bar=False,
         default_root_dir=args.root,
         accelerator="cpu",
         num_sanity_val_steps=0,

@@ -61,7 +61,7 @@ def tiny() -> TinyModule:
 @pytest.fixture
 def trainer_factory(tmp_path: Any) -> Any:
     def make(**kwargs: Any) -> interlock.Trainer:
-        kwargs.setdefault("listeners", [])
+        kwargs = {**only(*kwargs.pop("listeners", [])), **kwargs}
         kwargs.setdefault("default_root_dir", tmp_path)
         kwargs.setdefault("accelerator", "cpu")
         return interlock.Trainer(**kwargs)
@@ -74,3 +74,16 @@ class NoPredictData:
 
     def train_dataloader(self) -> DataLoader[Any]:
         return loader()
+
+
+def only(*listeners: Any) -> dict[str, Any]:
+    """Trainer flags that install exactly ``listeners``: the defaults are switched off, as a test means it."""
+    from interlock.listeners import ModelCheckpoint, ProgressBar
+
+    return {
+        "listeners": list(listeners),
+        "logger": False,
+        "enable_trace": False,
+        "enable_progress_bar": any(isinstance(x, ProgressBar) for x in listeners),
+        "enable_checkpointing": any(isinstance(x, ModelCheckpoint) for x in listeners),
+    }

@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import IterableDataset
 
 import interlock
-from conftest import TinyModule, loader
+from conftest import TinyModule, loader, only
 from interlock.core.chart import Transition
 
 CHART = interlock.load_chart()
@@ -148,7 +148,7 @@ def test_every_chart_transition_is_exercised(tmp_path: Any) -> None:
             taken |= run(lambda t, leaf=leaf, exc=exc: t.on(leaf, raiser(exc), once=True), stage, tmp=tmp_path)
     # rerunning a trainer after each final state leaves it through `setup`
     for end in ("finished", "failed", "interrupted"):
-        trainer = interlock.Trainer(listeners=[], default_root_dir=tmp_path)
+        trainer = interlock.Trainer(**only(), default_root_dir=tmp_path)
         trace = record(trainer)
         if end != "finished":
             trainer.on("validate.start", raiser(RuntimeError() if end == "failed" else KeyboardInterrupt()), once=True)

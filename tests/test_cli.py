@@ -131,6 +131,8 @@ def preempted(plugins: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[s
         str(root),
         "--trainer.listeners",
         '[{"class_path": "cli_plugins.KillAt"}, {"class_path": "cli_plugins.Counter"}]',
+        "--trainer.enable_checkpointing",  # last.ckpt stays the preemption save (written by the trainer itself)
+        "false",
     ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugins), os.environ.get("PYTHONPATH", "")])}
     done = _cli(*args, cwd=root, env=env)
@@ -245,7 +247,8 @@ def test_listeners_prints_order_and_handlers_per_event(
     """`interlock listeners` orders configured listeners (honouring `after`) and lists each event's handlers."""
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(
-        "trainer:\n  listeners:\n"
+        "trainer:\n  enable_checkpointing: false\n  enable_progress_bar: false\n  logger: false\n"
+        "  enable_trace: false\n  listeners:\n"
         "    - class_path: cli_plugins.Counter\n      init_args: {key: second, after: [first]}\n"
         "    - class_path: cli_plugins.Counter\n      init_args: {key: first}\n",
         encoding="utf-8",
@@ -256,7 +259,9 @@ def test_listeners_prints_order_and_handlers_per_event(
     lines = {line.split()[0]: line for line in out.splitlines() if line.startswith("  fit.")}
     assert lines["fit.train.epoch_end"].split()[1:] == ["first.on_epoch_end", "->", "second.on_epoch_end"]
     assert "[once, #1]" in lines["fit.end"] and "fit.train.batch.end" not in lines
-    assert main(["listeners", "--trainer.listeners", "[]"]) == 0
+    off = ["--trainer.enable_checkpointing", "false", "--trainer.enable_progress_bar", "false"]
+    off += ["--trainer.logger", "false", "--trainer.enable_trace", "false"]
+    assert main(["listeners", *off]) == 0
     assert "no listeners" in capsys.readouterr().out
     assert main(["listeners"]) == 0
     out = capsys.readouterr().out

@@ -262,6 +262,7 @@ from interlock.examples.digits import DigitsClassifier, DigitsData
 gc.disable()  # what is released must be released by the teardown, not by a collection
 data = DigitsData()
 trainer = interlock.Trainer(strategy="ddp", devices=1, max_epochs=1, limit_train_batches=2, listeners=[],
+                            logger=False, enable_trace=False, enable_progress_bar=False, enable_checkpointing=False,
                             default_root_dir=sys.argv[1], num_sanity_val_steps=0)
 trainer.fit(DigitsClassifier(), data.train_dataloader())
 alive = [o for o in gc.get_objects() if isinstance(o, DistributedDataParallel)]

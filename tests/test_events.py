@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import interlock
-from conftest import TinyModule, loader
+from conftest import TinyModule, loader, only
 from interlock import Listener, LogMetrics, Stop, listen
 from interlock.core import events as events_module
 from interlock.core.events import EventBus, order_listeners
@@ -53,7 +53,7 @@ def _fit(trainer: interlock.Trainer, **kw: Any) -> None:
 @given(every=st.integers(1, 9))
 def test_every_n_calls_on_each_nth_occurrence(tmp_path_factory: Any, every: int) -> None:
     """every=N calls the handler on occurrences N, 2N, ... of the event."""
-    trainer = interlock.Trainer(max_epochs=2, listeners=[], default_root_dir=tmp_path_factory.mktemp("r"))
+    trainer = interlock.Trainer(max_epochs=2, **only(), default_root_dir=tmp_path_factory.mktemp("r"))
     seen: list[int] = []
     trainer.on("fit.train.batch.end", lambda e: seen.append(e.count), every=every)
     _fit(trainer)
@@ -101,7 +101,7 @@ def test_delivery_is_in_registration_order_with_listeners_first(trainer_factory:
         def mark(self, event: Any) -> None:
             order.append("B")
 
-    trainer = trainer_factory(max_epochs=1, listeners=[A(), B()])
+    trainer = trainer_factory(max_epochs=1, **only(A(), B()))
     trainer.on("fit.train.epoch_end", lambda e: order.append("on1"))
     trainer.on("fit.train.epoch_end", lambda e: order.append("on2"))
     _fit(trainer)
@@ -226,7 +226,7 @@ def test_a_listeners_observe_methods_are_registered_in_listener_order(trainer_fa
                 self.log.append(self.key)
 
     log: list[str] = []
-    trainer = trainer_factory(max_epochs=1, listeners=[Recorder("b", log), Recorder("a", log)])
+    trainer = trainer_factory(max_epochs=1, **only(Recorder("b", log), Recorder("a", log)))
     assert trainer.bus.observer_sources() == ["b.record", "a.record"]
     assert trainer.subscribers() == []
     _fit(trainer)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import interlock
-from conftest import TinyModule, loader
+from conftest import TinyModule, loader, only
 from interlock import SaveCheckpoint, SetListenerState
 from interlock.core.run import Run
 from interlock.listeners import EventTrace
@@ -56,7 +56,7 @@ def fit(
     trainer = interlock.Trainer(
         max_epochs=2,
         limit_val_batches=2,
-        listeners=[EventTrace()],
+        **only(EventTrace()),
         default_root_dir=root,
         chart=chart,
         actions={"ema.update": ema_update},
@@ -133,7 +133,7 @@ def test_a_run_with_an_added_state_resumes_exactly(tmp_path: Path, ema_chart: Pa
 def test_without_the_action_registered_the_chart_is_refused(ema_chart: Path) -> None:
     """A chart naming an action nobody registered fails at Trainer() with the name and the registered ones."""
     with pytest.raises(interlock.ChartError, match=r"unknown action 'ema.update'; registered: "):
-        interlock.Trainer(chart=ema_chart, listeners=[])
+        interlock.Trainer(chart=ema_chart, **only())
 
 
 def test_renaming_a_region_keeps_the_chart_running(tmp_path: Path) -> None:
@@ -149,7 +149,7 @@ def test_renaming_a_region_keeps_the_chart_running(tmp_path: Path) -> None:
     for chart in (None, path):
         torch.manual_seed(0)
         module = TinyModule()
-        trainer = interlock.Trainer(max_epochs=2, listeners=[], default_root_dir=tmp_path, chart=chart)
+        trainer = interlock.Trainer(max_epochs=2, **only(), default_root_dir=tmp_path, chart=chart)
         trainer.fit(module, loader(64, 16), loader(32, 16))
         results.append((module, trainer.state))
     (m1, s1), (m2, s2) = results

@@ -16,6 +16,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import only
 from interlock import Event, Listener, LogMetrics, SaveCheckpoint, Stop, Trainer, TrainerState, listen
 from interlock.core.chart import load_chart
 from interlock.core.events import EventBus
@@ -55,7 +56,7 @@ def fit(
 ) -> Trainer:
     """A short real fit of the digits example with ``listeners``; returns the trainer."""
     flags = {"max_epochs": 2, "limit_train_batches": 4, "limit_val_batches": 2, **flags}
-    trainer = Trainer(listeners=list(listeners), default_root_dir=root, accelerator="cpu", **flags)
+    trainer = Trainer(**only(*listeners), default_root_dir=root, accelerator="cpu", **flags)
     torch.manual_seed(0)
     trainer.fit(module or DigitsClassifier(), digits.train_dataloader(), digits.val_dataloader(), ckpt_path=ckpt_path)
     return trainer
@@ -108,9 +109,7 @@ def test_trace_has_one_line_per_transition_and_reads_back(tmp_path: Path, digits
     """Every transition of a fit is one JSON line with exactly the documented keys, and read_trace summarises it."""
     counted: list[tuple[str, str, str]] = []
     trace = EventTrace()
-    trainer = Trainer(
-        listeners=[trace], default_root_dir=tmp_path, accelerator="cpu", max_epochs=2, limit_train_batches=3
-    )
+    trainer = Trainer(**only(trace), default_root_dir=tmp_path, accelerator="cpu", max_epochs=2, limit_train_batches=3)
     trainer.on("*", lambda e: counted.append((e.source, e.trigger, e.name)))
     trainer.fit(DigitsClassifier(), digits.train_dataloader(), digits.val_dataloader())
     file = Path(trainer.state.run_dir) / "events.jsonl"
@@ -134,7 +133,7 @@ def test_trace_flushes_every_n_lines_and_at_epoch_and_validation_ends(tmp_path: 
     trace = EventTrace(flush_every=7, flush_seconds=None)
     copies: list[EventTrace] = []
     trainer = Trainer(
-        listeners=[trace],
+        **only(trace),
         default_root_dir=tmp_path,
         accelerator="cpu",
         max_epochs=2,
@@ -197,7 +196,7 @@ def test_trace_refuses_a_bad_flush_interval(bad: Any) -> None:
 
 def test_trace_records_through_an_observer_and_handles_only_boundaries(tmp_path: Path) -> None:
     """EventTrace records transitions as an observer; per-batch events get no handler, so no Event is built."""
-    trainer = Trainer(listeners=[EventTrace()], default_root_dir=tmp_path, accelerator="cpu")
+    trainer = Trainer(**only(EventTrace()), default_root_dir=tmp_path, accelerator="cpu")
     assert trainer.bus.observer_sources() == ["EventTrace.record"]
     for name in ("fit.train.batch.step", "fit.train.batch.end", "fit.train.val.batch.fetch"):
         assert trainer.bus.handlers(name) == []
@@ -272,10 +271,12 @@ def test_early_stopping_counters_continue_after_resume(tmp_path: Path, digits: D
 
 
 def test_early_stopping_missing_metric_lists_the_available_ones(tmp_path: Path, digits: DigitsData) -> None:
-    """A monitor that no step returns is a KeyError naming it and the metrics there are."""
-    with pytest.raises(KeyError, match=r"'val_nope'.*\['val_acc', 'val_loss'\]"):
+    """A monitor that no step returns is a RuntimeError (Lightning's) naming it and the metrics there are."""
+    with pytest.raises(RuntimeError, match=r"'val_nope'.*\['train_loss', 'val_acc', 'val_loss'\]"):
         fit(tmp_path, [EarlyStopping("val_nope")], digits)
-    assert Driver(EarlyStopping("x", strict=False)).send("fit.train.val.end") == []
+    assert Driver(EarlyStopping("x", strict=False)).send("fit.train.epoch_end") == []
+    with pytest.warns(RuntimeWarning, match=r"'x', which is not available"):
+        assert Driver(EarlyStopping("x", strict=False, verbose=True)).send("fit.train.epoch_end") == []
 
 
 def _reference_stop(values: list[float], mode: str, patience: int, delta: float) -> int | None:
@@ -308,7 +309,7 @@ def test_early_stopping_matches_lightnings_rule(values: list[float], mode: str, 
     stopped = None
     for i, v in enumerate(values):
         drv.state = reduce(drv.state, merge([("loop", LogMetrics({"m": v}))]))
-        if any(isinstance(u, Stop) for u in drv.send("fit.train.val.end", epoch=i)):
+        if any(isinstance(u, Stop) for u in drv.send("fit.train.epoch_end", epoch=i)):
             stopped = i
             break
     assert stopped == _reference_stop(values, mode, patience, delta)
@@ -321,7 +322,7 @@ def test_early_stopping_thresholds_and_argument_errors() -> None:
     drv = Driver(EarlyStopping("m", mode="max", stopping_threshold=0.9, divergence_threshold=0.1))
     for value, reason in ((0.5, None), (0.95, "stopping threshold reached"), (0.05, "divergence threshold reached")):
         drv.state = TrainerState(metrics={"m": value})
-        stops = [u.reason for u in drv.send("fit.train.val.end") if isinstance(u, Stop)]
+        stops = [u.reason for u in drv.send("fit.train.epoch_end") if isinstance(u, Stop)]
         assert len(stops) == (reason is not None)
         assert all(r.startswith(f"EarlyStopping: {reason}: m={value}") for r in stops)
     with pytest.raises(ValueError, match=r"mode='up'.*'min'"):
@@ -435,7 +436,7 @@ def test_progress_subscribes_to_batch_events_only_when_drawing_bars(tmp_path: Pa
         (ProgressBar(file=Terminal()), batch_ends),
     ]
     for bar, handled in cases:
-        trainer = Trainer(listeners=[bar], default_root_dir=tmp_path, accelerator="cpu")
+        trainer = Trainer(**only(bar), default_root_dir=tmp_path, accelerator="cpu")
         assert [name for name in LEAVES if ".batch." in name and trainer.bus.handlers(name)] == handled
         assert trainer.bus.handlers("fit.train.epoch_end")
 

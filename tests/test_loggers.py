@@ -15,6 +15,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import only
 from interlock import Event, Listener, Trainer, TrainerState
 from interlock.core.chart import load_chart
 from interlock.core.events import EventBus
@@ -34,7 +35,7 @@ def digits() -> DigitsData:
 def fit(root: Path, listeners: Sequence[Listener], digits: DigitsData, **flags: Any) -> Trainer:
     """A short real fit of the digits example; returns the trainer."""
     flags = {"max_epochs": 3, "limit_train_batches": 4, "limit_val_batches": 2, **flags}
-    trainer = Trainer(listeners=list(listeners), default_root_dir=root, accelerator="cpu", **flags)
+    trainer = Trainer(**only(*listeners), default_root_dir=root, accelerator="cpu", **flags)
     torch.manual_seed(0)
     trainer.fit(DigitsClassifier(), digits.train_dataloader(), digits.val_dataloader())
     return trainer
@@ -84,7 +85,7 @@ def test_csv_rows_equal_the_history(tmp_path: Path, digits: DigitsData) -> None:
 def test_csv_row_is_on_disk_when_its_event_is_handled(tmp_path: Path, digits: DigitsData) -> None:
     """Each row is flushed at once: a later handler of the same event reads it from the file."""
     trainer = Trainer(
-        listeners=[CSVLogger(save_dir=tmp_path / "logs", name="m.csv")],
+        **only(CSVLogger(save_dir=tmp_path / "logs", name="m.csv")),
         default_root_dir=tmp_path,
         accelerator="cpu",
         max_epochs=2,
@@ -185,7 +186,7 @@ def test_tensorboard_save_dir_and_no_step_logging(tmp_path: Path, digits: Digits
 def test_tensorboard_without_step_logging_has_no_per_batch_handler(tmp_path: Path) -> None:
     """log_every_n_steps=0 registers nothing on fit.train.batch.end; step logging does."""
     for every, handled in ((0, False), (50, True)):
-        trainer = Trainer(listeners=[TensorBoardLogger(log_every_n_steps=every)], default_root_dir=tmp_path)
+        trainer = Trainer(**only(TensorBoardLogger(log_every_n_steps=every)), default_root_dir=tmp_path)
         assert bool(trainer.bus.handlers("fit.train.batch.end")) is handled
 
 
@@ -193,7 +194,7 @@ def test_tensorboard_without_step_logging_has_no_per_batch_handler(tmp_path: Pat
 def rank_trainer(rank: int, root: Path, listeners: Sequence[Listener], **flags: Any) -> Trainer:
     """A digits trainer whose (single-device) strategy claims global rank ``rank``."""
     flags = {"max_epochs": 2, "limit_train_batches": 4, "limit_val_batches": 2, **flags}
-    trainer = Trainer(listeners=list(listeners), default_root_dir=root, accelerator="cpu", **flags)
+    trainer = Trainer(**only(*listeners), default_root_dir=root, accelerator="cpu", **flags)
     trainer.hardware.strategy.global_rank = rank
     return trainer
 

@@ -6,14 +6,14 @@ from typing import Any
 
 import pytest
 
-from conftest import TinyModule, loader
+from conftest import TinyModule, loader, only
 from interlock.listeners import LearningRateMonitor
 
 
 @pytest.mark.parametrize("interval", ["epoch", "step"])
 def test_monitor_reports_the_scheduled_learning_rate(trainer_factory: Any, interval: str) -> None:
     """With StepLR(gamma=0.5) per epoch the logged rate halves each epoch; per step it is the rate just used."""
-    trainer = trainer_factory(max_epochs=3, listeners=[LearningRateMonitor(logging_interval=interval)])
+    trainer = trainer_factory(max_epochs=3, **only(LearningRateMonitor(logging_interval=interval)))
     seen: list[float] = []
     # updates of one event apply after all its handlers: read the value at a later event
     event = "fit.train.epoch_end" if interval == "epoch" else "fit.train.batch.end"
@@ -39,6 +39,6 @@ def test_learning_rates_are_built_only_when_listened(trainer_factory: Any, monke
     listened.on("*", lambda e: names.append(e.name))  # every event delivered, no payload read
     listened.fit(TinyModule(), loader(32, 16))
     assert "fit.train.batch.optimizer_step" in names and calls == []
-    trainer = trainer_factory(max_epochs=1, listeners=[LearningRateMonitor(logging_interval="step")])
+    trainer = trainer_factory(max_epochs=1, **only(LearningRateMonitor(logging_interval="step")))
     trainer.fit(TinyModule(), loader(32, 16))
     assert len(calls) == 2

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import interlock
-from conftest import TinyModule, loader
+from conftest import TinyModule, loader, only
 from interlock import Event, SaveCheckpoint, SetListenerState
 from interlock.core.state import Progress, TrainerState
 from interlock.listeners import checkpoint as checkpoint_module
@@ -37,7 +37,7 @@ class Scripted(TinyModule):
 def fit(root: Path, mc: ModelCheckpoint, module: TinyModule | None = None, val: bool = True, **kw: Any) -> Any:
     kw.setdefault("max_epochs", 1)
     ckpt = kw.pop("ckpt", None)
-    trainer = interlock.Trainer(listeners=[mc], default_root_dir=root, num_sanity_val_steps=0, **kw)
+    trainer = interlock.Trainer(**only(mc), default_root_dir=root, num_sanity_val_steps=0, **kw)
     trainer.fit(module or TinyModule(), loader(64, 8), loader(16, 8) if val else None, ckpt_path=ckpt)
     return trainer
 
@@ -95,7 +95,7 @@ def test_top_k_keeps_the_k_best_files(tmp_path: Path, mode: str, kept: list[int]
 def test_dropped_files_are_deleted_only_after_their_replacement_exists(tmp_path: Path) -> None:
     """Once a top-k file is on disk, one always is: never delete-then-write (saves finish in the background)."""
     mc = ModelCheckpoint(every_n_train_steps=1, save_top_k=1)
-    trainer = interlock.Trainer(max_epochs=2, listeners=[mc], default_root_dir=tmp_path)
+    trainer = interlock.Trainer(max_epochs=2, **only(mc), default_root_dir=tmp_path)
     seen: list[int] = []
     trainer.on("*", lambda event: seen.append(len(files(tmp_path))))
     trainer.fit(TinyModule(), loader(64, 8))
@@ -107,7 +107,7 @@ def test_dropped_files_are_deleted_only_after_their_replacement_exists(tmp_path:
 def test_a_dropped_file_survives_when_its_replacement_cannot_be_written(tmp_path: Path, monkeypatch: Any) -> None:
     """The run fails naming the checkpoint it could not put in place; the file it was to replace is kept."""
     mc = ModelCheckpoint(every_n_train_steps=4, save_top_k=1, filename="{step}")
-    trainer = interlock.Trainer(max_epochs=1, listeners=[mc], default_root_dir=tmp_path)
+    trainer = interlock.Trainer(max_epochs=1, **only(mc), default_root_dir=tmp_path)
     real = os.replace
 
     def replace(src: Any, dst: Any) -> None:
@@ -170,11 +170,16 @@ def test_nan_is_never_better_than_a_number(tmp_path: Path) -> None:
 
 
 def test_repeated_names_get_versions(tmp_path: Path) -> None:
-    """A template that repeats gets -v1, -v2 when all are kept, and is overwritten in place when only one is."""
-    fit(tmp_path / "all", ModelCheckpoint(filename="model", save_top_k=-1), max_epochs=3)
+    """A repeated name gets -v1, -v2 when a monitor keeps all; without one the latest is overwritten (Lightning)."""
+    fit(tmp_path / "all", ModelCheckpoint(filename="model", save_top_k=-1, monitor="val_loss"), max_epochs=3)
     assert files(tmp_path / "all") == ["model-v1.ckpt", "model-v2.ckpt", "model.ckpt"]
+    fit(tmp_path / "none", ModelCheckpoint(filename="model", save_top_k=-1), max_epochs=3)
+    assert files(tmp_path / "none") == ["model.ckpt"]
     fit(tmp_path / "one", ModelCheckpoint(filename="model"), max_epochs=3)
     assert files(tmp_path / "one") == ["model.ckpt"]
+    unversioned = ModelCheckpoint(filename="model", save_top_k=-1, monitor="val_loss", enable_version_counter=False)
+    fit(tmp_path / "off", unversioned, max_epochs=3)
+    assert files(tmp_path / "off") == ["model.ckpt"]
 
 
 def test_bookkeeping_survives_resume(tmp_path: Path) -> None:
@@ -233,7 +238,7 @@ def test_requests_for_one_file_write_it_once_and_remove_all_it_replaces(tmp_path
         real(self, checkpoint, path)
 
     monkeypatch.setattr(TorchCheckpointIO, "save_checkpoint", counting)
-    trainer = interlock.Trainer(max_epochs=1, listeners=[], default_root_dir=tmp_path)
+    trainer = interlock.Trainer(max_epochs=1, **only(), default_root_dir=tmp_path)
     trainer.on(
         "fit.train.epoch_end",
         lambda e: [SaveCheckpoint(str(new), replaces=(str(old_a),)), SaveCheckpoint(str(new), replaces=(str(old_b),))],

@@ -305,7 +305,7 @@ def test_only_32_true_is_plain(flag):
 def test_a_subclass_that_overrides_a_step_method_is_not_plain_and_is_used_by_fit(tmp_path):
     """A Precision subclass overriding backward or optimizer_step is called by the fit loop for every batch."""
     import interlock
-    from conftest import TinyModule, loader
+    from conftest import TinyModule, loader, only
 
     calls = []
 
@@ -320,8 +320,6 @@ def test_a_subclass_that_overrides_a_step_method_is_not_plain_and_is_used_by_fit
 
     plugin = Counting("32-true")
     assert not plugin.is_plain
-    trainer = interlock.Trainer(
-        max_epochs=1, listeners=[], precision=plugin, accelerator="cpu", default_root_dir=tmp_path
-    )
+    trainer = interlock.Trainer(max_epochs=1, **only(), precision=plugin, accelerator="cpu", default_root_dir=tmp_path)
     trainer.fit(TinyModule(), loader(64, 8))
     assert calls == ["backward", "step"] * 8

@@ -18,7 +18,7 @@ import torch
 
 import interlock
 from _resume_worker import compare, reference, worker, workers
-from conftest import TinyModule, loader
+from conftest import TinyModule, loader, only
 from interlock.connectors.signals import PreemptionFlag
 from interlock.listeners.checkpoint import ModelCheckpoint
 from interlock.plugins.checkpoint_io import TorchCheckpointIO
@@ -86,7 +86,7 @@ def test_sigterm_inside_validation_saves_there_and_restores_the_handler(tmp_path
         torch.manual_seed(0)
         module = TinyModule(dropout=0.3)
         trainer = interlock.Trainer(
-            max_epochs=2, seed=4, listeners=[ModelCheckpoint(save_last=True)], default_root_dir=kw.pop("root")
+            max_epochs=2, seed=4, **only(ModelCheckpoint(save_last=True)), default_root_dir=kw.pop("root")
         )
         if kw.pop("preempt", False):
             trainer.on("fit.train.val.batch.end", lambda e: os.kill(os.getpid(), signal.SIGTERM), once=1)
@@ -193,7 +193,7 @@ def test_slurm_requeue_signal_is_a_preemption_signal_only_under_slurm(tmp_path: 
     for key, value in SLURM_ENV.items():
         monkeypatch.setenv(key, value)
     trainer = interlock.Trainer(
-        max_epochs=2, listeners=[ModelCheckpoint(save_last=True)], default_root_dir=tmp_path, accelerator="cpu"
+        max_epochs=2, **only(ModelCheckpoint(save_last=True)), default_root_dir=tmp_path, accelerator="cpu"
     )
     trainer.on("fit.train.batch.end", lambda e: os.kill(os.getpid(), signal.SIGUSR1), once=3)
     with pytest.raises(interlock.Preempted) as info:

@@ -32,7 +32,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import interlock
-from conftest import TinyModule, loader
+from conftest import TinyModule, loader, only
 from interlock import SaveCheckpoint, Trainer, TrainerState
 from interlock.cli import inspect as inspect_module
 from interlock.cli.main import STDOUT_CLOSED, main
@@ -172,7 +172,7 @@ def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str
 def real_checkpoint(root: Path) -> dict[str, Any]:
     """A real trainer checkpoint of TinyModule (saved after its second step), loaded back as a dict."""
     torch.manual_seed(0)
-    trainer = Trainer(max_steps=2, default_root_dir=root, listeners=[], accelerator="cpu")
+    trainer = Trainer(max_steps=2, default_root_dir=root, **only(), accelerator="cpu")
     trainer.on("fit.train.batch.end", lambda e: SaveCheckpoint(str(root / "real.ckpt")), once=2)
     trainer.fit(TinyModule(), loader())
     return TorchCheckpointIO().load_checkpoint(root / "real.ckpt")
@@ -257,7 +257,7 @@ def test_inspect_of_a_fifo_exits_2_at_once(tmp_path: Path) -> None:
 def test_resume_from_a_fifo_fails_at_once(tmp_path: Path) -> None:
     """fit(ckpt_path=FIFO) raises CheckpointError naming the FIFO instead of hanging in the load."""
     fifo = _fifo(tmp_path / "last.ckpt")
-    trainer = Trainer(max_epochs=1, default_root_dir=tmp_path, listeners=[], accelerator="cpu")
+    trainer = Trainer(max_epochs=1, default_root_dir=tmp_path, **only(), accelerator="cpu")
     outcome = finishes(lambda: trainer.fit(TinyModule(), loader(), ckpt_path=fifo), 60, release_fifo(fifo))
     assert isinstance(outcome, CheckpointError) and f"{fifo} is a FIFO" in str(outcome), outcome
 
@@ -365,7 +365,7 @@ def test_resume_refuses_bad_trees_before_the_state_is_rebuilt(
     torch.manual_seed(1)
     module = TinyModule()
     before = {k: v.clone() for k, v in module.state_dict().items()}
-    trainer = Trainer(max_epochs=2, default_root_dir=tmp_path / "second", listeners=[], accelerator="cpu")
+    trainer = Trainer(max_epochs=2, default_root_dir=tmp_path / "second", **only(), accelerator="cpu")
     with pytest.raises(CheckpointError) as info:
         trainer.fit(module, loader(), ckpt_path=path)
     assert f"checkpoint {path}" in str(info.value) and BAD_MESSAGES[case] in str(info.value)
@@ -719,7 +719,7 @@ def test_disk_full_while_logging_fails_the_run_through_the_chart(
     """A fit whose metrics.csv cannot be written fails (status 'failed', through teardown) with the clear
     OutputError, and leaves no metrics.csv.tmp behind."""
     disk_full_after(monkeypatch, 0)
-    trainer = Trainer(max_epochs=2, default_root_dir=tmp_path, listeners=[CSVLogger()], accelerator="cpu")
+    trainer = Trainer(max_epochs=2, default_root_dir=tmp_path, **only(CSVLogger()), accelerator="cpu")
     with pytest.raises(OutputError, match=r"no space left on device writing .*metrics\.csv; free space"):
         trainer.fit(TinyModule(), loader(), loader())
     assert trainer.state.status == "failed" and trainer.state.chart == "failed"

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import interlock
+from conftest import only
 from interlock.core.chart import Chart, TransitionSpec, load_chart
 from interlock.examples.digits import DigitsClassifier, DigitsData
 from interlock.listeners import EventTrace
@@ -99,7 +100,7 @@ def real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         limit_val_batches=1,
         val_check_interval=2,
         num_sanity_val_steps=0,
-        listeners=[EventTrace()],
+        **only(EventTrace()),
         default_root_dir=root,
     )
     data = DigitsData()

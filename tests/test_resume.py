@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 import interlock
 from _resume_worker import compare, reference, worker, workers
-from conftest import TinyModule, loader
+from conftest import TinyModule, loader, only
 from interlock import CheckpointError, SaveCheckpoint
 from interlock.listeners.checkpoint import ModelCheckpoint
 from interlock.plugins.checkpoint_io import MAGIC, TorchCheckpointIO
@@ -90,10 +90,10 @@ def test_finished_run_resumed_with_more_epochs_equals_longer_run(
 
 def test_raising_max_steps_trains_further(tmp_path: Path) -> None:
     """A run that stopped at max_steps resumes from "last" and trains to the new max_steps."""
-    first = interlock.Trainer(max_steps=3, listeners=[ModelCheckpoint(save_last=True)], default_root_dir=tmp_path)
+    first = interlock.Trainer(max_steps=3, **only(ModelCheckpoint(save_last=True)), default_root_dir=tmp_path)
     first.fit(TinyModule(), loader(shuffle=True))
     assert first.state.global_step == 3
-    second = interlock.Trainer(max_steps=7, listeners=[ModelCheckpoint(save_last=True)], default_root_dir=tmp_path)
+    second = interlock.Trainer(max_steps=7, **only(ModelCheckpoint(save_last=True)), default_root_dir=tmp_path)
     second.fit(TinyModule(), loader(shuffle=True), ckpt_path="last")
     assert second.state.global_step == 7
     assert second.state.counts["fit.train.batch.end"] == 7
@@ -136,7 +136,7 @@ def fit_stream(
     torch.manual_seed(0)
     module = TinyModule(dropout=0.2)
     trainer = interlock.Trainer(
-        max_epochs=2, accumulate_grad_batches=2, num_sanity_val_steps=0, seed=1, listeners=[], default_root_dir=root
+        max_epochs=2, accumulate_grad_batches=2, num_sanity_val_steps=0, seed=1, **only(), default_root_dir=root
     )
     if save_at is not None:
         trainer.on(save_at, lambda e: SaveCheckpoint(str(root / "x.ckpt")), once=occurrence)
@@ -205,7 +205,7 @@ def test_map_style_position_is_restored_without_iterating(tmp_path: Path) -> Non
             return self.inner[i]
 
     def fit(ckpt: Path | None, save: bool) -> None:
-        trainer = interlock.Trainer(max_epochs=1, listeners=[], default_root_dir=tmp_path, seed=3)
+        trainer = interlock.Trainer(max_epochs=1, **only(), default_root_dir=tmp_path, seed=3)
         if save:
             trainer.on("fit.train.batch.end", lambda e: SaveCheckpoint(str(tmp_path / "m.ckpt")), once=3)
         trainer.fit(TinyModule(), DataLoader(Counted(), batch_size=8, shuffle=True), ckpt_path=ckpt)
@@ -238,7 +238,7 @@ class Other(interlock.Module):
 @pytest.fixture(scope="module")
 def good_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("good")
-    interlock.Trainer(max_epochs=1, listeners=[ModelCheckpoint(save_last=True)], default_root_dir=root).fit(
+    interlock.Trainer(max_epochs=1, **only(ModelCheckpoint(save_last=True)), default_root_dir=root).fit(
         TinyModule(), loader()
     )
     return next(root.rglob("last.ckpt"))
@@ -303,7 +303,7 @@ def test_bad_checkpoints_fail_in_setup_with_a_clear_error_and_change_nothing(goo
         module = TinyModule()
         weights = {k: v.clone() for k, v in module.state_dict().items()}
         trainer = interlock.Trainer(
-            max_epochs=1, listeners=[ModelCheckpoint(save_last=True)], default_root_dir=tmp_path / "root"
+            max_epochs=1, **only(ModelCheckpoint(save_last=True)), default_root_dir=tmp_path / "root"
         )
         before = _snapshot(tmp_path)
         with pytest.raises(CheckpointError) as info:
@@ -321,7 +321,7 @@ def test_checkpoint_of_a_different_model_lists_missing_unexpected_and_misshapen_
 ) -> None:
     """Resuming another architecture names its missing, unexpected and misshapen keys, before training."""
     shutil.copy(good_ckpt, tmp_path / "tiny.ckpt")
-    trainer = interlock.Trainer(max_epochs=1, listeners=[], default_root_dir=tmp_path)
+    trainer = interlock.Trainer(max_epochs=1, **only(), default_root_dir=tmp_path)
     with pytest.raises(CheckpointError) as info:
         trainer.fit(Other(), loader(), ckpt_path=tmp_path / "tiny.ckpt")
     message = str(info.value)
@@ -353,9 +353,9 @@ def test_restore_keeps_this_processs_rank(tmp_path: Any) -> None:
     from conftest import TinyModule, loader
     from interlock.listeners.checkpoint import ModelCheckpoint
 
-    first = interlock.Trainer(max_epochs=1, listeners=[ModelCheckpoint(save_last=True)], default_root_dir=tmp_path)
+    first = interlock.Trainer(max_epochs=1, **only(ModelCheckpoint(save_last=True)), default_root_dir=tmp_path)
     first.fit(TinyModule(), loader(32, 16))
-    second = interlock.Trainer(max_epochs=2, listeners=[], default_root_dir=tmp_path)
+    second = interlock.Trainer(max_epochs=2, **only(), default_root_dir=tmp_path)
     second.hardware.strategy.global_rank = 1
     ranks: list[int] = []
     second.on("fit.train.batch.end", lambda e, s: ranks.append(s.global_rank))

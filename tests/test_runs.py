@@ -30,7 +30,7 @@ from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 import interlock
 from _resume_worker import compare, reference, worker
-from conftest import TinyModule, loader
+from conftest import TinyModule, loader, only
 from interlock import CheckpointError
 from interlock.cli.main import main
 from interlock.connectors import rundir
@@ -72,7 +72,7 @@ def same_weights(module: torch.nn.Module, before: dict[str, torch.Tensor]) -> bo
 def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A finished 1-epoch run (4 batches) whose ModelCheckpoint keeps the latest epoch file and last.ckpt."""
     root = tmp_path_factory.mktemp("finished")
-    trainer = interlock.Trainer(max_epochs=1, listeners=[ModelCheckpoint(save_last=True)], default_root_dir=root)
+    trainer = interlock.Trainer(max_epochs=1, **only(ModelCheckpoint(save_last=True)), default_root_dir=root)
     torch.manual_seed(0)
     trainer.fit(TinyModule(scheduler=True), loader())
     return Path(trainer.state.run_dir)
@@ -104,14 +104,14 @@ def test_a_resumed_fit_writes_in_the_run_its_file_is_in_not_the_one_it_names(
 def test_resuming_a_copied_run_writes_into_the_copy_and_never_the_original(tmp_path: Path) -> None:
     """A copied run resumes in the copy: it writes and deletes there; the original is byte-for-byte unchanged."""
     original = tmp_path / "a"
-    interlock.Trainer(max_epochs=1, listeners=[ModelCheckpoint(save_last=True)], default_root_dir=original).fit(
+    interlock.Trainer(max_epochs=1, **only(ModelCheckpoint(save_last=True)), default_root_dir=original).fit(
         TinyModule(), loader()
     )
     shutil.copytree(original, tmp_path / "b")
     before = files(original)
     copy_run = tmp_path / "b" / "runs" / "version_0"
     mc = ModelCheckpoint(save_last=True)  # top 1 without a monitor: each epoch's file replaces the last one
-    trainer = interlock.Trainer(max_epochs=3, listeners=[mc], default_root_dir=tmp_path / "elsewhere")
+    trainer = interlock.Trainer(max_epochs=3, **only(mc), default_root_dir=tmp_path / "elsewhere")
     trainer.fit(TinyModule(), loader(), ckpt_path=copy_run / "checkpoints" / "last.ckpt")
     assert files(original) == before
     assert trainer.state.run_dir == str(copy_run)
@@ -160,7 +160,7 @@ def test_checkpoint_paths_that_lead_outside_the_run_are_refused_naming_file_and_
     before = files(base)
     module = TinyModule(scheduler=True)
     start = weights(module)
-    trainer = interlock.Trainer(max_epochs=3, listeners=[ModelCheckpoint(save_last=True)], default_root_dir=base)
+    trainer = interlock.Trainer(max_epochs=3, **only(ModelCheckpoint(save_last=True)), default_root_dir=base)
     with pytest.raises(CheckpointError) as info:
         trainer.fit(module, loader(), ckpt_path=ckpt)
     assert str(ckpt) in str(info.value) and repr(path) in str(info.value)
@@ -202,7 +202,7 @@ def test_an_old_checkpoint_with_absolute_paths_inside_its_run_still_resumes(fini
     stored["best"], stored["last"] = str(run / stored["best"]), str(run / stored["last"])
     IO.save_checkpoint(payload, ckpt)
     mc = ModelCheckpoint(save_last=True)
-    trainer = interlock.Trainer(max_epochs=2, listeners=[mc], default_root_dir=tmp_path)
+    trainer = interlock.Trainer(max_epochs=2, **only(mc), default_root_dir=tmp_path)
     trainer.fit(TinyModule(scheduler=True), loader(), ckpt_path=ckpt)
     assert mc.stored(trainer.state)["best_k"] == {"checkpoints/epoch=1-step=8.ckpt": None}
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["epoch=1-step=8.ckpt", "last.ckpt"]
@@ -325,7 +325,7 @@ def test_the_lock_is_held_for_the_fit_and_released_at_teardown(finished_run: Pat
     """During a fit its run directory is locked (another holder is refused); after it, the lock is free again."""
     run = tmp_path / "run"
     shutil.copytree(finished_run, run)
-    trainer = interlock.Trainer(max_epochs=2, listeners=[ModelCheckpoint(save_last=True)], default_root_dir=tmp_path)
+    trainer = interlock.Trainer(max_epochs=2, **only(ModelCheckpoint(save_last=True)), default_root_dir=tmp_path)
     refused: list[str] = []
 
     @trainer.on("fit.train.batch.end")
@@ -397,12 +397,12 @@ def test_last_resumes_the_trainers_own_run_and_says_what_it_resumes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """'last' on a trainer with a run is its own last.ckpt, not a newer run's; a line names run, state, epoch, step."""
-    own = interlock.Trainer(max_epochs=1, listeners=[ModelCheckpoint(save_last=True)], default_root_dir=tmp_path)
+    own = interlock.Trainer(max_epochs=1, **only(ModelCheckpoint(save_last=True)), default_root_dir=tmp_path)
     own.fit(TinyModule(), loader())
     other = interlock.Trainer(
-        max_epochs=1, fast_dev_run=True, listeners=[ModelCheckpoint(save_last=True)], default_root_dir=tmp_path
+        max_epochs=1, limit_train_batches=1, **only(ModelCheckpoint(save_last=True)), default_root_dir=tmp_path
     )
-    other.fit(TinyModule(), loader())  # a newer smoke run with its own last.ckpt
+    other.fit(TinyModule(), loader())  # a newer short run with its own last.ckpt (fast_dev_run saves none)
     assert own.state.run_dir != other.state.run_dir
     capsys.readouterr()
     own.fit(TinyModule(), loader(), ckpt_path="last")
@@ -411,7 +411,7 @@ def test_last_resumes_the_trainers_own_run_and_says_what_it_resumes(
     assert f"{own.state.run_dir}/checkpoints/last.ckpt in {own.state.run_dir}" in line
     assert "state fit.train.epoch_end, epoch 0, global step 4" in line
     assert "nothing to train: epoch 0 was the last of max_epochs=1; raise max_epochs" in line
-    fresh = interlock.Trainer(max_epochs=1, listeners=[], default_root_dir=tmp_path)
+    fresh = interlock.Trainer(max_epochs=1, **only(), default_root_dir=tmp_path)
     fresh.fit(TinyModule(), loader(), ckpt_path="last")
     assert fresh.state.run_dir == other.state.run_dir  # a new trainer: the newest run that has a last.ckpt
     assert f"resuming {other.state.run_dir}/checkpoints/last.ckpt" in capsys.readouterr().err
@@ -422,7 +422,7 @@ def test_resuming_past_max_steps_says_there_is_nothing_to_train(
 ) -> None:
     """A checkpoint at or past max_steps resumes to a stop at once and says which limit to raise."""
     shutil.copytree(finished_run, tmp_path / "run")
-    trainer = interlock.Trainer(max_steps=3, listeners=[], default_root_dir=tmp_path)
+    trainer = interlock.Trainer(max_steps=3, **only(), default_root_dir=tmp_path)
     trainer.fit(TinyModule(scheduler=True), loader(), ckpt_path=tmp_path / "run" / "checkpoints" / "last.ckpt")
     assert trainer.state.global_step == 4
     assert "nothing to train: global step 4 has reached max_steps=3; raise max_steps" in capsys.readouterr().err
@@ -440,7 +440,7 @@ def test_resuming_past_max_steps_says_there_is_nothing_to_train(
 )
 def test_a_ckpt_path_that_is_not_a_path_is_a_type_error_naming_it(value: Any) -> None:
     """ckpt_path=3 (not None, 'last' or a path): TypeError naming the value and what to pass, before anything runs."""
-    trainer = interlock.Trainer(max_epochs=1, listeners=[], default_root_dir="/nonexistent/never-created")
+    trainer = interlock.Trainer(max_epochs=1, **only(), default_root_dir="/nonexistent/never-created")
     for call in (trainer.fit, trainer.validate):
         with pytest.raises(TypeError) as info:
             call(TinyModule(), loader(), ckpt_path=value)
@@ -592,7 +592,7 @@ def test_a_corrupted_checkpoint_is_refused_naming_field_and_file_before_the_weig
     torch.manual_seed(1)
     module = TinyModule(scheduler=True)
     start = weights(module)
-    trainer = interlock.Trainer(max_epochs=3, listeners=[], default_root_dir=path.parent)
+    trainer = interlock.Trainer(max_epochs=3, **only(), default_root_dir=path.parent)
     with pytest.raises(CheckpointError) as info:
         trainer.fit(module, loader(), ckpt_path=path)
     assert str(path) in str(info.value) and field in str(info.value), (field, str(info.value))

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import interlock
-from conftest import TinyModule, loader
+from conftest import TinyModule, loader, only
 from interlock import ReplaceOptimizer, SetLearningRate
 
 GOLDEN = """
@@ -276,7 +276,7 @@ def test_loop_limits_and_validation_schedule(
 def test_invalid_flags_raise_value_error_naming_flag_and_value(flag: str, value: Any, message: str) -> None:
     """A bad flag raises ValueError at construction naming the flag, the value and what is allowed."""
     with pytest.raises(ValueError) as info:
-        interlock.Trainer(**{flag: value}, listeners=[])
+        interlock.Trainer(**{flag: value}, **only())
     assert message in str(info.value)
 
 
@@ -285,7 +285,7 @@ def test_invalid_flags_raise_value_error_naming_flag_and_value(flag: str, value:
 def test_max_epochs_accepts_only_ints_at_least_minus_one(value: Any) -> None:
     """Any max_epochs that is not None, -1 or an int >= 0 is rejected with the flag named."""
     with pytest.raises(ValueError, match="max_epochs"):
-        interlock.Trainer(max_epochs=value, listeners=[])
+        interlock.Trainer(max_epochs=value, **only())
 
 
 def test_listener_can_change_learning_rate_and_replace_optimizer(trainer_factory: Any) -> None:

@@ -173,7 +173,8 @@ def _interlock(
     trainer = interlock.Trainer(
         max_epochs=10**6,
         max_steps=max_steps,
-        listeners=None if default else [],
+        **({} if default else {"logger": False, "enable_trace": False, "enable_progress_bar": False}),
+        **({} if default else {"enable_checkpointing": False}),
         num_sanity_val_steps=0,
         accelerator="cpu",
         default_root_dir=root,
@@ -422,6 +423,10 @@ def run_ddp(spec: dict[str, Any]) -> dict[str, Any]:
             trainer = interlock.Trainer(
                 max_epochs=1,
                 listeners=[],
+                logger=False,
+                enable_trace=False,
+                enable_progress_bar=False,
+                enable_checkpointing=False,
                 num_sanity_val_steps=0,
                 accelerator="cpu",
                 devices=world,
@@ -529,7 +534,15 @@ def _resume_trainer(root: str) -> Any:
     import interlock
 
     return interlock.Trainer(
-        max_epochs=1, listeners=[], num_sanity_val_steps=0, accelerator="cpu", default_root_dir=root
+        max_epochs=1,
+        listeners=[],
+        logger=False,
+        enable_trace=False,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        num_sanity_val_steps=0,
+        accelerator="cpu",
+        default_root_dir=root,
     )
 
 
@@ -623,6 +636,10 @@ def run_epoch_growth(spec: dict[str, Any]) -> dict[str, Any]:
     trainer = interlock.Trainer(
         max_epochs=epochs,
         listeners=[],
+        logger=False,
+        enable_trace=False,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
         num_sanity_val_steps=0,
         accelerator="cpu",
         default_root_dir=tempfile.mkdtemp(prefix="bench-epochs-"),

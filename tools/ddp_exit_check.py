@@ -30,7 +30,7 @@ from interlock.examples.digits import DigitsClassifier, DigitsData
 data = DigitsData()
 trainer = interlock.Trainer(
     strategy="ddp", devices=2, max_epochs=1, limit_train_batches=8, limit_val_batches=2,
-    default_root_dir=sys.argv[1], seed=0, listeners=None,
+    default_root_dir=sys.argv[1], seed=0,
 )
 trainer.fit(DigitsClassifier(), data.train_dataloader(), data.val_dataloader())
 """

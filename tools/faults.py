@@ -237,7 +237,7 @@ def _nested(depth: int) -> Any:
 def _checkpoint_attempts() -> list[Attempt]:
     inspect = "import interlock.cli.main as m\nsys.exit(m.main(['inspect', sys.argv[1] + '/{name}']))\n"
     resume = (
-        "trainer = interlock.Trainer(max_epochs=1, listeners=[], default_root_dir=sys.argv[1])\n"
+        "trainer = interlock.Trainer(max_epochs=1, enable_checkpointing=False, default_root_dir=sys.argv[1])\n"
         "trainer.fit(Tiny(), data(), ckpt_path=sys.argv[1] + '/{name}')\n"
     )
     out: list[Attempt] = []
@@ -281,7 +281,7 @@ def _checkpoint_attempts() -> list[Attempt]:
 
 
 def _flag_attempts() -> list[Attempt]:
-    fit = "interlock.Trainer(listeners=[], default_root_dir=sys.argv[1], max_epochs=1, {flags}).fit(Tiny(), {train})\n"
+    fit = "interlock.Trainer(default_root_dir=sys.argv[1], max_epochs=1, {flags}).fit(Tiny(), {train})\n"
     cases = [
         ("gradient_clip_val nan", "gradient_clip_val=float('nan')", "data()", "gradient_clip_val"),
         ("deterministic yes", "deterministic='yes'", "data()", "deterministic"),
@@ -308,7 +308,7 @@ def _flag_attempts() -> list[Attempt]:
         Attempt(
             "flags",
             "ckpt_path int",
-            "trainer = interlock.Trainer(listeners=[], default_root_dir=sys.argv[1], max_epochs=1)\n"
+            "trainer = interlock.Trainer(enable_checkpointing=False, default_root_dir=sys.argv[1], max_epochs=1)\n"
             "trainer.fit(Tiny(), data(), ckpt_path=3)\n",
             "ckpt_path",
             60,

@@ -38,6 +38,10 @@ def fit_once(flag: str, accelerator: str, epochs: int, root: str) -> dict[str, A
         max_epochs=epochs,
         num_sanity_val_steps=0,
         listeners=[],
+        logger=False,
+        enable_trace=False,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
         seed=0,
         default_root_dir=root,
     )

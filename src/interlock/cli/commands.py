@@ -311,7 +311,8 @@ def inspect(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str]) -> int:
 def listeners(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str]) -> int:
     """Build only the Trainer; print its listeners in order and each event's handlers in delivery order."""
     trainer: Trainer = _instantiate(parser, cfg, ("trainer",)).trainer
-    origin = "the Trainer's defaults" if cfg.listeners.trainer.listeners is None else "from trainer.listeners"
+    given = cfg.listeners.trainer.listeners
+    origin = "the Trainer's defaults" if not given else "the Trainer's defaults and trainer.listeners"
     if not trainer.listeners:
         print(f"no listeners ({origin}): no handlers run for any event")
         return 0

@@ -143,6 +143,12 @@ def saved_state(ckpt: Mapping[str, Any], source: str) -> TrainerState:
 def check_loaded(ckpt: Mapping[str, Any], module: torch.nn.Module, source: str) -> TrainerState:
     """Check everything of ``ckpt`` that does not need the optimizers: weights, state, RNG, precision, gradients."""
     check_fits(ckpt, module, source)
+    if ckpt.get("weights_only"):
+        raise CheckpointError(
+            f"{source} was saved with ModelCheckpoint(save_weights_only=True): it holds the weights only, so a fit "
+            "cannot continue from it (Lightning refuses too); pass it to validate/test/predict(ckpt_path=...), or "
+            "resume from a full checkpoint such as last.ckpt"
+        )
     state = saved_state(ckpt, source)
     check_rng(ckpt.get("rng"), source)
     check_precision(ckpt.get("precision", {}), source)
@@ -303,8 +309,8 @@ def _continue(run: Run) -> Update | None:
     return RestoreState(state.replace(chart=_EPOCH_END))
 
 
-def _write(run: Run, path: str) -> None:
-    """Gather the checkpoint (a collective under DDP/FSDP) and write it on rank 0."""
+def _write(run: Run, path: str, weights_only: bool = False) -> None:
+    """Gather the checkpoint (a collective under DDP/FSDP) and write it on rank 0 (the weights and state only)."""
     state = run.state
     train = run.feeds.get("train")
     if train is not None and train.last_outputs is not None:  # the epoch's train metrics, if resumed mid-way
@@ -323,6 +329,8 @@ def _write(run: Run, path: str) -> None:
         train.data.data_state() if train is not None else None,
         strategy,
     )
+    if weights_only:  # Lightning's save_weights_only: no optimizer, scheduler or gradient state
+        payload.update(optimizers=[], schedulers=[], grads={}, weights_only=True)
     if strategy.is_global_zero:
         check_run_dir(run)  # a deleted run directory is not silently recreated by the save
         run.checkpoint_io.save_checkpoint(payload, path)
@@ -494,7 +502,7 @@ def register(reg: Registry) -> None:
         """Write the checkpoint, then delete the files it replaces once it is in place."""
 
         def save(request: SaveCheckpoint) -> None:
-            _write(run, request.path)
+            _write(run, request.path, request.weights_only)
             if run.hardware.strategy.is_global_zero:
                 for old in request.replaces:
                     if is_sharded(old):

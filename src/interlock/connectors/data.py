@@ -105,11 +105,14 @@ def _rebuild(loader: DataLoader, sampler: Sampler[int]) -> DataLoader:
     return DataLoader(loader.dataset, sampler=sampler, **kwargs)
 
 
-def prepare_loader(loader: Iterable[Any], num_replicas: int = 1, rank: int = 0) -> Iterable[Any]:
+def prepare_loader(
+    loader: Iterable[Any], num_replicas: int = 1, rank: int = 0, unshuffle: str | None = None
+) -> Iterable[Any]:
     """Make ``loader`` resumable (and sharded across ranks) where that is possible.
 
     After ``seed_everything(workers=True)`` a loader with workers and no ``worker_init_fn`` gets
-    :func:`~interlock.connectors.rng.worker_init_function` first.
+    :func:`~interlock.connectors.rng.worker_init_function` first. ``unshuffle`` (a loop's name)
+    turns shuffling off with Lightning's warning (``overfit_batches``).
     """
     seed_workers(loader, rank)
     if not isinstance(loader, DataLoader) or loader.batch_size is None:
@@ -124,7 +127,16 @@ def prepare_loader(loader: Iterable[Any], num_replicas: int = 1, rank: int = 0) 
     if not isinstance(loader.dataset, Sized):
         return loader
     size = len(loader.dataset)
-    return _rebuild(loader, PositionSampler(size, isinstance(sampler, RandomSampler), num_replicas, rank))
+    shuffle = isinstance(sampler, RandomSampler)
+    if shuffle and unshuffle is not None:
+        warnings.warn(
+            f"You requested to overfit but enabled {unshuffle} dataloader shuffling. "
+            f"We are turning off the {unshuffle} dataloader shuffling for you.",
+            UserWarning,
+            stacklevel=2,
+        )
+        shuffle = False
+    return _rebuild(loader, PositionSampler(size, shuffle, num_replicas, rank))
 
 
 def _length(loader: Iterable[Any]) -> int | None:
@@ -224,8 +236,8 @@ class Feed:
         self.exhausted = False
         self.last_outputs: Any = None
 
-    def prepare(self, world_size: int, rank: int, limit: int | float | None) -> None:
-        self.data = EpochData(prepare_loader(self.loader, world_size, rank))
+    def prepare(self, world_size: int, rank: int, limit: int | float | None, unshuffle: str | None = None) -> None:
+        self.data = EpochData(prepare_loader(self.loader, world_size, rank, unshuffle))
         self.limit = num_batches(self.data.loader, limit)
 
 
@@ -445,7 +457,9 @@ def register(reg: Registry) -> None:
             dist, cfg = run.dist, run.config
             for key, feed in run.feeds.items():
                 limit = cfg.limit(key.split("#")[0])
-                feed.prepare(dist.world_size if dist else 1, dist.rank if dist else 0, limit)
+                overfit = cfg.overfit_batches > 0 and run.stage == "fit" and key in ("train", "val")
+                unshuffle = {"train": "training", "val": "validation"}.get(key) if overfit else None
+                feed.prepare(dist.world_size if dist else 1, dist.rank if dist else 0, limit, unshuffle)
             train = run.feeds.get("train")
             if run.stage == "fit" and train is not None:
                 check_training_data(train, cfg)

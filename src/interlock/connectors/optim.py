@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -23,6 +24,12 @@ class Scheduler:
     interval: str = "epoch"
     frequency: int = 1
     monitor: str | None = None
+    strict: bool = True
+
+    @property
+    def reduce_on_plateau(self) -> bool:
+        """A ``ReduceLROnPlateau``: it steps with the monitored metric."""
+        return isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
 
 
 def _scheduler(spec: Any) -> Scheduler:
@@ -39,10 +46,21 @@ def _scheduler(spec: Any) -> Scheduler:
         frequency = spec.get("frequency", 1)
         if not isinstance(frequency, int) or frequency < 1:
             raise ValueError(f"lr_scheduler frequency={frequency!r}; must be an int >= 1")
-        return Scheduler(spec["scheduler"], interval, frequency, spec.get("monitor"))
-    if not hasattr(spec, "step") or not hasattr(spec, "state_dict"):
+        strict = spec.get("strict", True)
+        if not isinstance(strict, bool):
+            raise ValueError(f"lr_scheduler strict={strict!r}; must be True or False")
+        made = Scheduler(spec["scheduler"], interval, frequency, spec.get("monitor"), strict)
+    elif not hasattr(spec, "step") or not hasattr(spec, "state_dict"):
         raise TypeError(f"lr_scheduler {spec!r} is not an LR scheduler (it needs step() and state_dict())")
-    return Scheduler(spec)
+    else:
+        made = Scheduler(spec)
+    if made.reduce_on_plateau and not made.monitor:
+        raise ValueError(
+            "configure_optimizers() returned a ReduceLROnPlateau without a monitor: it steps with a metric, so "
+            'name one: {"optimizer": optimizer, "lr_scheduler": scheduler, "monitor": "val_loss"} '
+            "(as Lightning requires)"
+        )
+    return made
 
 
 def configure_optimizers(result: Any) -> tuple[list[torch.optim.Optimizer], list[Scheduler]]:
@@ -85,19 +103,28 @@ def configure_optimizers(result: Any) -> tuple[list[torch.optim.Optimizer], list
 
 
 def step_schedulers(schedulers: list[Scheduler], interval: str, count: int, metrics: Mapping[str, float]) -> None:
-    """Step the schedulers of ``interval`` that are due at ``count`` (1-based)."""
+    """Step the schedulers of ``interval`` that are due at ``count`` (1-based: the epoch, or the batch in the epoch).
+
+    A ``ReduceLROnPlateau`` steps with its monitored metric; when that is missing it raises
+    (``strict``, the default) or warns and skips the step, as in Lightning.
+    """
     for s in schedulers:
         if s.interval != interval or count % s.frequency:
             continue
-        if s.monitor is not None:
-            if s.monitor not in metrics:
-                raise KeyError(
-                    f"LR scheduler monitors {s.monitor!r}, which is not among the metrics {sorted(metrics)}; "
-                    "return it from a step or fix 'monitor'"
-                )
-            s.scheduler.step(metrics[s.monitor])
-        else:
+        if not s.reduce_on_plateau:
             s.scheduler.step()
+            continue
+        assert s.monitor is not None
+        if s.monitor in metrics:
+            s.scheduler.step(metrics[s.monitor])
+            continue
+        message = (
+            f"ReduceLROnPlateau conditioned on metric {s.monitor!r}, which is not available; the metrics are "
+            f"{sorted(metrics)}: return it from a step, or fix the 'monitor' key of the lr_scheduler dict"
+        )
+        if s.strict:
+            raise KeyError(message)
+        warnings.warn(f"{message}; strict=False: skipping the learning rate update", RuntimeWarning, stacklevel=2)
 
 
 def is_manual(run: Run) -> bool:
@@ -157,15 +184,15 @@ def register(reg: Registry) -> None:
     @reg.action("optim.step")
     def step(run: Run, params: Mapping[str, Any]) -> Action:
         """Step every optimizer through the precision plugin (clipping first), zero the grads, step schedulers."""
-        cfg, counters, schedulers = run.config, run.counters, run.schedulers
+        cfg, batch, schedulers = run.config, run.step, run.schedulers
         stepper = run.hardware.precision.step_action(
             run.optimizers, cfg.gradient_clip_val, cfg.gradient_clip_algorithm == "norm"
         )
 
         def act() -> None:
             stepper()
-            if schedulers:
-                step_schedulers(schedulers, "step", counters.global_step + 1, run.facts.metrics)
+            if schedulers:  # Lightning counts the batch within the epoch for a step scheduler's frequency
+                step_schedulers(schedulers, "step", batch.index + 1, run.facts.metrics)
 
         return act
 

@@ -83,6 +83,10 @@ class TrainerConfig:
     gradient_clip_val: float | None = attrs.field(default=None, validator=_clip)
     gradient_clip_algorithm: str = attrs.field(default="norm", validator=_choice("norm", "value"))
     fast_dev_run: bool | int = attrs.field(default=False)
+    min_epochs: int | None = attrs.field(default=None, validator=_int_at_least(0, none_ok=True))
+    min_steps: int | None = attrs.field(default=None, validator=_int_at_least(0, none_ok=True))
+    overfit_batches: int | float = attrs.field(default=0.0, validator=_limit)
+    log_every_n_steps: int = attrs.field(default=50, validator=_int_at_least(0, extra=" (0: no per-step rows)"))
 
     def __attrs_post_init__(self) -> None:
         v = self.fast_dev_run
@@ -100,10 +104,18 @@ class TrainerConfig:
 
     def limit(self, stage: str) -> int | float | None:
         """The batch limit of a loop (``train``, ``val``, ``test``, ``predict``)."""
+        if stage in ("train", "val") and self.overfit_batches > 0:
+            return self.overfit_batches  # Lightning: it wins over limit_*_batches and fast_dev_run
         if self.fast_dev_run:
             return 1 if self.fast_dev_run is True else int(self.fast_dev_run)
         limit: int | float | None = getattr(self, f"limit_{stage}_batches")
         return limit
+
+    def can_stop(self, epochs_done: int, global_step: int) -> bool:
+        """Whether a stop request may end the fit now: ``min_epochs`` and ``min_steps`` are reached (Lightning)."""
+        if self.min_epochs and epochs_done < self.min_epochs:
+            return False
+        return not (self.min_steps and global_step < self.min_steps)
 
     @property
     def sanity_steps(self) -> int:

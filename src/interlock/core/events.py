@@ -28,6 +28,7 @@ import attrs
 import blinker
 import torch
 
+from interlock.core.config import TrainerConfig
 from interlock.core.state import TrainerState
 from interlock.core.updates import SetListenerState, Update, as_updates
 
@@ -323,6 +324,13 @@ class Listener:
         for name in dir(type(self)):
             if getattr(getattr(type(self), name, None), "__interlock_observe__", False):
                 yield getattr(self, name)
+
+    def configure(self, config: TrainerConfig) -> None:
+        """Called once with the trainer's flags when a Trainer installs this listener (Lightning's ``setup``).
+
+        For settings that follow the trainer's schedule (``EarlyStopping(check_on_train_epoch_end=None)``);
+        run state still belongs in the trainer state. The default does nothing.
+        """
 
     def stored(self, state: TrainerState) -> Mapping[str, Any]:
         """The state of this listener, as stored in the trainer state."""

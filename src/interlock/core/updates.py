@@ -84,11 +84,14 @@ class SaveCheckpoint(Update):
     ``path`` is the file to write; ``tag`` names why (e.g. ``"last"``). ``replaces``
     lists files this checkpoint supersedes: they are deleted once it is saved, and
     kept if the save fails (``ModelCheckpoint`` uses it for files leaving the top k).
+    ``weights_only`` leaves out the optimizer, scheduler and gradient state (such a file
+    cannot resume a fit).
     """
 
     path: str
     tag: str = ""
     replaces: tuple[str, ...] = attrs.field(default=(), converter=_paths)
+    weights_only: bool = False
 
 
 @attrs.frozen

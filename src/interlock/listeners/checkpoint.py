@@ -15,20 +15,22 @@ Save points:
 
 - ``fit.train.batch.end``: every ``every_n_train_steps`` optimizer steps, or when
   ``train_time_interval`` has passed since the last save;
-- ``fit.train.val.end``: after each validation, in epochs that
-  ``every_n_epochs`` selects (the default: every epoch), so ``monitor`` sees fresh
-  validation metrics;
-- ``fit.train.epoch_end``: in those epochs when no validation ran in the epoch;
+- ``fit.train.val.end`` / ``fit.train.epoch_end``: in the epochs ``every_n_epochs``
+  selects (default every epoch), where Lightning's ``save_on_train_epoch_end`` says:
+  ``True`` at the training epoch end, ``False`` after each validation, ``None`` at the
+  epoch end when ``check_val_every_n_epoch=1`` and either ``val_check_interval=1.0`` or
+  no validation ran in the epoch (so a training-metric monitor scores the current epoch);
   and ``last.ckpt`` is rewritten at every epoch end when ``save_last``.
 
 ModelCheckpoint handles the same events as EarlyStopping and relies on the
-default listener order (it is last in ``default_listeners()``): by the time it
+default listener order (the Trainer installs it last): by the time it
 saves, the other listeners' updates for the event are in the state it saves.
 """
 
 from __future__ import annotations
 
 import datetime
+import logging
 import math
 import os
 import posixpath
@@ -38,12 +40,14 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from interlock.core.config import TrainerConfig
 from interlock.core.events import Event, Handler, Listener
 from interlock.core.state import TrainerState
 from interlock.core.updates import SaveCheckpoint, Update
 
 __all__ = ["ModelCheckpoint"]
 
+_log = logging.getLogger(__name__)
 _PLACEHOLDER = re.compile(r"\{([^{}:]+)(?::([^{}]*))?\}")
 
 
@@ -72,6 +76,12 @@ class ModelCheckpoint(Listener):
         every_n_epochs: save in every N-th epoch (default 1 when no other trigger is set).
         train_time_interval: save when this much wall time has passed (timedelta or seconds).
         key: name of this listener's state; give two instances different keys.
+        verbose: log each save decision (Lightning's messages).
+        auto_insert_metric_name: ``False``: fill placeholders without the ``name=`` prefix.
+        save_on_train_epoch_end: save at the training epoch end (``True``), after validation
+            (``False``), or as Lightning decides (``None``, see the module docstring).
+        enable_version_counter: ``False``: overwrite a kept file of the same name instead of ``-v1``.
+        save_weights_only: leave the optimizer, scheduler and gradient state out (cannot resume a fit).
 
     """
 
@@ -90,6 +100,11 @@ class ModelCheckpoint(Listener):
         every_n_epochs: int | None = None,
         train_time_interval: datetime.timedelta | float | None = None,
         key: str | None = None,
+        verbose: bool = False,
+        auto_insert_metric_name: bool = True,
+        save_on_train_epoch_end: bool | None = None,
+        enable_version_counter: bool = True,
+        save_weights_only: bool = False,
     ) -> None:
         if mode not in ("min", "max"):
             raise ValueError(f"ModelCheckpoint(mode={mode!r}); choose 'min' (lower is better) or 'max'")
@@ -122,6 +137,11 @@ class ModelCheckpoint(Listener):
                 f"ModelCheckpoint: every_n_train_steps={every_n_train_steps!r}, every_n_epochs={every_n_epochs!r} "
                 f"and train_time_interval={train_time_interval!r} are mutually exclusive; set at most one"
             )
+        if save_on_train_epoch_end not in (None, True, False):
+            raise ValueError(
+                f"ModelCheckpoint(save_on_train_epoch_end={save_on_train_epoch_end!r}) must be None (decide at "
+                "set-up, as Lightning), True (at the training epoch end) or False (after validation)"
+            )
         if steps is None and epochs is None and interval is None:
             epochs = 1
         self.dirpath = None if dirpath is None else Path(dirpath)
@@ -133,8 +153,29 @@ class ModelCheckpoint(Listener):
         self.every_n_train_steps = steps or 0
         self.every_n_epochs = epochs or 0
         self.train_time_interval: float | None = None if interval is None else float(interval)
+        self.verbose = bool(verbose)
+        self.auto_insert_metric_name = bool(auto_insert_metric_name)
+        self.save_on_train_epoch_end = save_on_train_epoch_end
+        self.enable_version_counter = bool(enable_version_counter)
+        self.save_weights_only = bool(save_weights_only)
+        self._at_epoch_end: bool | None = save_on_train_epoch_end  # None: decided per epoch (no trainer config)
+        self._interval_is_epoch = True
+        self._skip = False
         if key is not None:
             self.key = key
+
+    def configure(self, config: TrainerConfig) -> None:
+        """Resolve ``save_on_train_epoch_end=None`` against the trainer's validation schedule (Lightning's rule)."""
+        if self.save_on_train_epoch_end is None:
+            self._at_epoch_end = False if config.check_val_every_n_epoch != 1 else None
+            self._interval_is_epoch = config.val_check_interval == 1.0
+        self._skip = bool(config.fast_dev_run)
+
+    def _saves_at_epoch_end(self, state: TrainerState) -> bool:
+        """Lightning's ``_should_save_on_train_epoch_end``: the flag, else every-epoch validation, else none ran."""
+        if self._at_epoch_end is not None:
+            return self._at_epoch_end
+        return self._interval_is_epoch or not _validated_in_epoch(state)
 
     # -- events --------------------------------------------------------------------------
     def subscriptions(self) -> Iterator[tuple[str, Handler, int | None, bool | int]]:
@@ -162,15 +203,19 @@ class ModelCheckpoint(Listener):
         return None
 
     def on_validation_end(self, event: Event, state: TrainerState) -> list[Update] | None:
+        if self._skip or self._at_epoch_end or (self._at_epoch_end is None and self._interval_is_epoch):
+            return None
         if self._epoch_due(state) and state.global_step != self.stored(state).get("last_step", 0):
             return self._save(state, top_k=True)
         return None
 
     def on_train_epoch_end(self, event: Event, state: TrainerState) -> list[Update] | None:
+        if self._skip:
+            return None
         self._check_monitor(state)
         top_k = (
-            self._epoch_due(state)
-            and not _validated_in_epoch(state)
+            self._saves_at_epoch_end(state)
+            and self._epoch_due(state)
             and state.global_step != self.stored(state).get("last_step", 0)
         )
         if top_k or self.save_last:
@@ -179,7 +224,9 @@ class ModelCheckpoint(Listener):
 
     # -- what is stored -------------------------------------------------------------------
     def best_k_models(self, state: TrainerState) -> dict[str, float | None]:
-        """The kept checkpoints: path -> score (``None`` without a monitor)."""
+        """The kept checkpoints ranked by ``monitor``: path -> score (empty without a monitor, as in Lightning)."""
+        if self.monitor is None:
+            return {}
         base = self._base(state)
         return {self._resolve(base, p): score for p, score in self.stored(state).get("best_k", {}).items()}
 
@@ -251,14 +298,14 @@ class ModelCheckpoint(Listener):
 
     def format_checkpoint_name(self, state: TrainerState, ver: int | None = None) -> str:
         """The file name ``filename`` gives at ``state`` (with ``-v<ver>`` when given)."""
-        values: dict[str, Any] = {**state.metrics, "epoch": state.epoch, "step": state.global_step}
+        values = _candidates(state)
         template = self.filename
 
         def fill(match: re.Match[str]) -> str:
             name, spec = match.group(1), match.group(2) or ""
             text = format(values.get(name, 0), spec)
             named = template[: match.start()].endswith(f"{name}=")
-            return text if named else f"{name}={text}"
+            return text if named or not self.auto_insert_metric_name else f"{name}={text}"
 
         name = _PLACEHOLDER.sub(fill, template)
         return f"{name}{'' if ver is None else f'-v{ver}'}{self.FILE_EXTENSION}"
@@ -271,7 +318,7 @@ class ModelCheckpoint(Listener):
         """Whether a top-k save can be ranked now, and the score (``None`` without a monitor)."""
         if self.monitor is None:
             return True, None
-        value = state.metrics.get(self.monitor)
+        value = _candidates(state).get(self.monitor)
         if value is None:
             return False, None
         value = float(value)
@@ -281,7 +328,7 @@ class ModelCheckpoint(Listener):
 
     def _check_monitor(self, state: TrainerState) -> None:
         """At an epoch end every metric has appeared once validation ran: a missing monitor is a mistake."""
-        if self.monitor is None or self.monitor in state.metrics:
+        if self.monitor is None or self.monitor in _candidates(state):
             return
         if state.counts.get("fit.train.val.end", 0) > 0 or self.monitor.startswith("train_"):
             raise KeyError(
@@ -323,19 +370,48 @@ class ModelCheckpoint(Listener):
                         replaced.append(self._resolve(base, old))
                 best_k[path] = score
                 best = path if self.monitor is None else min(best_k, key=lambda p: _rank(best_k[p], self.mode))
+                if self.verbose and self.monitor is not None:
+                    _log.info(
+                        "Epoch %d, global step %d: %r reached %.5f (best %.5f), saving model to %r as top %d",
+                        state.epoch,
+                        state.global_step,
+                        self.monitor,
+                        score,
+                        best_k[best],
+                        path,
+                        self.save_top_k,
+                    )
                 values.update(best_k=best_k, best=best, best_score=best_k[best])
-                saves.append(SaveCheckpoint(self._resolve(base, path), tag="top_k", replaces=tuple(replaced)))
+                saves.append(
+                    SaveCheckpoint(
+                        self._resolve(base, path), "top_k", tuple(replaced), weights_only=self.save_weights_only
+                    )
+                )
+            elif self.verbose:
+                _log.info(
+                    "Epoch %d, global step %d: %r was not in top %d",
+                    state.epoch,
+                    state.global_step,
+                    self.monitor,
+                    self.save_top_k,
+                )
         if self.save_last:
             last = posixpath.join(self._subdir, f"{self.CHECKPOINT_NAME_LAST}{self.FILE_EXTENSION}")
             values["last"] = last
-            saves.append(SaveCheckpoint(self._resolve(base, last), tag="last"))
+            saves.append(SaveCheckpoint(self._resolve(base, last), "last", weights_only=self.save_weights_only))
         return [self.store(state, **values), *saves]
 
     def _free_path(self, state: TrainerState, best_k: Mapping[str, Any], dropped: list[str], last: str) -> str:
-        """The formatted path (relative to the base), versioned (``-v1``...) when a kept checkpoint has it."""
+        """The formatted path (relative to the base), versioned (``-v1``...) when a kept checkpoint has it.
+
+        ``enable_version_counter=False`` overwrites instead; without a monitor the latest file is
+        overwritten, as Lightning does.
+        """
         taken = (set(best_k) - set(dropped)) | {last}
+        if self.monitor is None:  # Lightning overwrites the latest file of the same name rather than version it
+            taken.discard(self.stored(state).get("best", ""))
         path, ver = posixpath.join(self._subdir, self.format_checkpoint_name(state)), 0
-        while path in taken:
+        while path in taken and self.enable_version_counter:
             ver += 1
             path = posixpath.join(self._subdir, self.format_checkpoint_name(state, ver))
         return path
@@ -371,6 +447,11 @@ def _relative(path: Any, base: str, owner: ModelCheckpoint) -> str:
         "deletes only inside the run. Resume the checkpoint from inside the run that wrote it (RUN/checkpoints/), "
         "or give this ModelCheckpoint another key= to start its bookkeeping afresh"
     )
+
+
+def _candidates(state: TrainerState) -> dict[str, Any]:
+    """What a monitor or a filename can name: the metrics, ``epoch`` and ``step`` (Lightning's monitor candidates)."""
+    return {"epoch": state.epoch, "step": state.global_step, **state.metrics}
 
 
 def _validated_in_epoch(state: TrainerState) -> bool:

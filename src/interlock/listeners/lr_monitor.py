@@ -2,11 +2,14 @@
 
 Listeners never see optimizers, so this reads the rates from the event payload:
 ``payload["lr"]`` must be a sequence with one ``(optimizer_class_name,
-(lr_of_group_0, lr_of_group_1, ...))`` pair per optimizer, on
-``fit.train.epoch_start`` (``logging_interval="epoch"``) or
-``fit.train.batch.optimizer_step`` (``"step"``). Those states declare the ``lr``
-payload key in the chart (built only when a handler reads it); a custom chart whose
-states do not gets a ``RuntimeError`` that says so.
+(lr_of_group_0, lr_of_group_1, ...), scheduler_interval)`` entry per optimizer
+(the interval ``"step"``, ``"epoch"`` or ``""`` without a scheduler; a pair
+without it counts as ``""``), on ``fit.train.epoch_start`` (``logging_interval="epoch"``)
+or ``fit.train.batch.optimizer_step`` (``"step"``); ``None``, the default as in
+Lightning, logs each optimizer at its scheduler's interval, and one without a
+scheduler at both. Those states declare the ``lr`` payload key in the chart (built
+only when a handler reads it); a custom chart whose states do not gets a
+``RuntimeError`` that says so.
 """
 
 from __future__ import annotations
@@ -23,11 +26,11 @@ LR_PAYLOAD_KEY = "lr"
 _EVENTS = {"epoch": "fit.train.epoch_start", "step": "fit.train.batch.optimizer_step"}
 
 
-def lr_metric_names(optimizers: Sequence[tuple[str, Sequence[float]]]) -> list[str]:
+def lr_metric_names(optimizers: Sequence[tuple[Any, ...]]) -> list[str]:
     """Lightning's names: ``lr-<Class>``, ``-<k>`` for the k-th repeat of a class, ``/pg<i>`` per group (1-based)."""
     seen: dict[str, int] = {}
     names: list[str] = []
-    for cls, groups in optimizers:
+    for cls, groups, *_ in optimizers:
         k = seen.get(cls, 0)
         seen[cls] = k + 1
         base = f"lr-{cls}" + (f"-{k}" if k else "")
@@ -39,19 +42,24 @@ def lr_metric_names(optimizers: Sequence[tuple[str, Sequence[float]]]) -> list[s
 
 
 class LearningRateMonitor(Listener):
-    """Return ``LogMetrics({"lr-SGD": 0.1, ...})`` every epoch (default) or every optimizer step."""
+    """Return ``LogMetrics({"lr-SGD": 0.1, ...})`` at each scheduler's interval (default), every epoch or step."""
 
-    def __init__(self, logging_interval: str = "epoch") -> None:
-        if logging_interval not in _EVENTS:
-            raise ValueError(f"LearningRateMonitor(logging_interval={logging_interval!r}); choose 'epoch' or 'step'")
+    def __init__(self, logging_interval: str | None = None) -> None:
+        if logging_interval is not None and logging_interval not in _EVENTS:
+            raise ValueError(
+                f"LearningRateMonitor(logging_interval={logging_interval!r}); choose None (each scheduler's own "
+                "interval, Lightning's default), 'epoch' or 'step'"
+            )
         self.logging_interval = logging_interval
 
     def subscriptions(self) -> Iterator[tuple[str, Callable[..., Any], int | None, bool | int]]:
         # Callable[..., Any], not events.Handler: these handlers take only the event, which the bus allows
         # (it reads each handler's signature) but Handler, typed as (event, state), does not say
-        yield _EVENTS[self.logging_interval], self.on_log, None, False
+        for interval, name in _EVENTS.items():
+            if self.logging_interval in (None, interval):
+                yield name, self.on_log, None, False
 
-    def on_log(self, event: Event) -> LogMetrics:
+    def on_log(self, event: Event) -> LogMetrics | None:
         optimizers: Any = event.payload.get(LR_PAYLOAD_KEY)
         if optimizers is None:
             raise RuntimeError(
@@ -59,5 +67,13 @@ class LearningRateMonitor(Listener):
                 f"(key {LR_PAYLOAD_KEY!r}: one (optimizer class name, (lr per param group, ...)) per optimizer), "
                 "and this trainer does not provide them; remove LearningRateMonitor from the listeners"
             )
-        rates = [float(lr) for _, groups in optimizers for lr in groups]
-        return LogMetrics(dict(zip(lr_metric_names(optimizers), rates, strict=True)))
+        names = iter(lr_metric_names(optimizers))
+        interval = "epoch" if event.name == _EVENTS["epoch"] else "step"
+        logged: dict[str, float] = {}
+        for _, groups, *rest in optimizers:
+            own = rest[0] if rest else ""
+            for lr in groups:
+                name = next(names)
+                if self.logging_interval is not None or own in ("", interval):
+                    logged[name] = float(lr)
+        return LogMetrics(logged) if logged else None

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from interlock.core.config import TrainerConfig
 from interlock.core.events import Event, Handler, Listener, listen
 from interlock.core.state import TrainerState
 from interlock.core.updates import SetListenerState
@@ -22,13 +23,17 @@ class TensorBoardLogger(Listener):
     becomes one scalar per metric, plus ``epoch``, at the row's ``global_step``.
     Every ``log_every_n_steps`` optimizer steps the training loss of that batch is
     written as ``train_loss_step`` (one ``.item()`` sync per logged step); ``0``
-    turns that off. The writer is created on the first write and closed when the
+    turns that off; ``None`` (the default) takes the Trainer's ``log_every_n_steps``
+    (Lightning's default 50), as Lightning's loggers do. The writer is created on the first write and closed when the
     stage ends; the rows written are kept in the stored state, so a resumed run
     writes only the rows that came after its checkpoint. Under DDP only rank 0
     writes (the rank is read at each stage start). Needs the ``tensorboard`` package.
     """
 
-    def __init__(self, save_dir: str | os.PathLike[str] | None = None, log_every_n_steps: int = 50) -> None:
+    def __init__(self, save_dir: str | os.PathLike[str] | None = None, log_every_n_steps: int | None = None) -> None:
+        self._own_cadence = log_every_n_steps is not None
+        if log_every_n_steps is None:
+            log_every_n_steps = 50
         if not isinstance(log_every_n_steps, int) or isinstance(log_every_n_steps, bool) or log_every_n_steps < 0:
             raise ValueError(
                 f"TensorBoardLogger(log_every_n_steps={log_every_n_steps!r}) must be an int >= 0 (0 turns it off)"
@@ -38,6 +43,11 @@ class TensorBoardLogger(Listener):
         self._dir: Path | None = Path(save_dir) if save_dir is not None else None
         self._writer: Any = None
         self._rank_zero: bool | None = None  # this process's rank is 0 (None: not known yet)
+
+    def configure(self, config: TrainerConfig) -> None:
+        """Take the Trainer's ``log_every_n_steps`` unless one was given here."""
+        if not self._own_cadence:
+            self.log_every_n_steps = config.log_every_n_steps
 
     def subscriptions(self) -> Iterator[tuple[str, Handler, int | None, bool | int]]:
         """The declared handlers, less the per-batch one when ``log_every_n_steps`` is 0."""

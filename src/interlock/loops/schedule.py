@@ -54,7 +54,7 @@ class ValSchedule:
         c = run.counters
         if self.every_epochs is not None and (c.epoch + 1) % self.every_epochs:
             return False
-        if batch_done and run.signals.stop:
+        if batch_done and run.signals.stop and run.config.can_stop(c.epoch, c.global_step):
             return True  # a stop agreed mid-epoch validates first (Lightning); reaching max_steps does not
         every = self.every_batches
         if every is None:
@@ -65,10 +65,12 @@ class ValSchedule:
         return done % every == 0
 
 
-def _stopping(run: Run) -> bool:
-    """A stop was asked for or ``max_steps`` is reached, agreed by every process."""
-    max_steps = run.config.max_steps
-    stop = run.facts.should_stop or (max_steps != -1 and run.counters.global_step >= max_steps)
+def _stopping(run: Run, epochs_done: int) -> bool:
+    """A stop was asked for (and ``min_epochs``/``min_steps`` allow it) or ``max_steps`` is reached, agreed by all."""
+    cfg, c = run.config, run.counters
+    max_steps = cfg.max_steps
+    asked = run.facts.should_stop and cfg.can_stop(epochs_done, c.global_step)
+    stop = asked or (max_steps != -1 and c.global_step >= max_steps)
     agree = run.dist.agree if run.dist is not None else None
     return agree(stop) if agree is not None else stop
 
@@ -116,15 +118,17 @@ def register(reg: Registry) -> None:
 
     @reg.guard("limits.epoch_done")
     def epoch_done(run: Run, params: Mapping[str, Any]) -> Guard:
-        """The epoch's batch limit is reached, a stop was agreed, or max_steps is reached."""
+        """The epoch's batch limit is reached, a stop was agreed (min_epochs/min_steps met), or max_steps is reached."""
         if "train" not in run.feeds and run.plan.datamodule is None:
             return _never
-        counters, signals, feeds = run.counters, run.signals, run.feeds
+        counters, signals, feeds, cfg = run.counters, run.signals, run.feeds, run.config
         max_steps = run.config.max_steps if run.config.max_steps != -1 else None
 
         def done() -> bool:
             limit = feeds["train"].limit
-            if (limit is not None and counters.batch_idx >= limit) or signals.stop:
+            if limit is not None and counters.batch_idx >= limit:
+                return True
+            if signals.stop and cfg.can_stop(counters.epoch, counters.global_step):  # min_epochs: the epoch runs on
                 return True
             return max_steps is not None and counters.global_step >= max_steps
 
@@ -133,7 +137,7 @@ def register(reg: Registry) -> None:
     @reg.guard("limits.epoch_done_after_val")
     def epoch_done_after_val(run: Run, params: Mapping[str, Any]) -> Guard:
         """After validation: the epoch's data ran out or its limit is reached, or the fit is stopping."""
-        return lambda: run.feeds["train"].exhausted or _epoch_over(run) or _stopping(run)
+        return lambda: run.feeds["train"].exhausted or _epoch_over(run) or _stopping(run, run.counters.epoch)
 
     @reg.guard("limits.nothing_to_train")
     def nothing_to_train(run: Run, params: Mapping[str, Any]) -> Guard:
@@ -151,6 +155,6 @@ def register(reg: Registry) -> None:
 
         def done() -> bool:
             epochs = run.config.epochs
-            return _stopping(run) or (epochs is not None and run.counters.epoch + 1 >= epochs)
+            return _stopping(run, run.counters.epoch + 1) or (epochs is not None and run.counters.epoch + 1 >= epochs)
 
         return done

@@ -21,9 +21,13 @@ from interlock.core.run import Run
 __all__ = ["learning_rates", "register"]
 
 
-def learning_rates(run: Run) -> tuple[tuple[str, tuple[float, ...]], ...]:
-    """``(optimizer class name, learning rate of each param group)`` for each optimizer."""
-    return tuple((type(o).__name__, tuple(float(g["lr"]) for g in o.param_groups)) for o in run.optimizers)
+def learning_rates(run: Run) -> tuple[tuple[str, tuple[float, ...], str], ...]:
+    """``(optimizer class name, learning rate of each param group, its scheduler's interval or "")`` per optimizer."""
+    intervals = {id(getattr(s.scheduler, "optimizer", None)): s.interval for s in reversed(run.schedulers)}
+    return tuple(
+        (type(o).__name__, tuple(float(g["lr"]) for g in o.param_groups), intervals.get(id(o), ""))
+        for o in run.optimizers
+    )
 
 
 def register(reg: Registry) -> None:

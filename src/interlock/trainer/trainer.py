@@ -19,6 +19,7 @@ from interlock.core.module import Module
 from interlock.core.run import Run
 from interlock.core.state import TrainerState
 from interlock.loops import default_registry
+from interlock.trainer.flags import check_lightning_flags, check_model_summary, resolve_listeners
 from interlock.trainer.runtime import Runtime
 from interlock.trainer.session import Session
 
@@ -29,8 +30,13 @@ class Trainer:
     """Runs :class:`~interlock.Module` s through the lifecycle statechart.
 
     Flags keep Lightning's names and meanings. ``listeners`` receive every event
-    they subscribe to; ``None`` installs the defaults (progress bar, CSV logger,
-    event trace, ``ModelCheckpoint(save_last=True)``), ``[]`` none at all.
+    they subscribe to. As Lightning keeps its default callbacks, the defaults
+    (progress bar, CSV logger, event trace, ``ModelCheckpoint(save_last=True)``)
+    are always installed besides the listeners you pass, unless
+    ``enable_progress_bar=False``, ``logger=False``, ``enable_trace=False`` or
+    ``enable_checkpointing=False`` removes them; a listener you pass of a
+    default's kind replaces that default. A Lightning argument interlock does not
+    take raises a ``TypeError`` naming what to use instead.
     Outputs go to ``default_root_dir/runs/version_N``.
 
     Args:
@@ -51,7 +57,17 @@ class Trainer:
         strategy: ``"auto"``, ``"single_device"``, ``"ddp"``, ``"ddp_spawn"``, ``"fsdp"`` or ``"fsdp_sharded"``
             (FSDP whose checkpoints are sharded directories).
         precision: ``"32-true"``, ``"64-true"``, ``"16-mixed"``, ``"bf16-mixed"``, ``"16-true"``, ``"bf16-true"``.
-        listeners: Listener objects; ``None`` installs the defaults, ``[]`` none.
+        listeners: Listener objects, installed besides the defaults.
+        callbacks: Lightning's name for ``listeners`` (pass one of the two).
+        logger: ``True`` (the default ``CSVLogger``), ``False`` (none), or a listener or list of them instead.
+        enable_checkpointing: ``False``: no default ``ModelCheckpoint`` (passing one is then an error).
+        enable_progress_bar: ``False``: no default ``ProgressBar`` (passing one is then an error).
+        enable_model_summary: Accepted for Lightning's sake; interlock prints no model summary.
+        enable_trace: ``False``: no default ``EventTrace`` (interlock's own flag).
+        min_epochs: A stop request (early stopping) waits until this many epochs are done.
+        min_steps: A stop request waits until this many optimizer steps are done.
+        overfit_batches: Train and validate on the first N batches (int) or fraction (float), unshuffled.
+        log_every_n_steps: Per-step logging cadence of the loggers that have one (``TensorBoardLogger``).
         default_root_dir: Where ``runs/version_N`` folders are made (default: the working directory).
         seed: Seed python, numpy and torch when a stage starts (after the model was built: to seed the
             initial weights too, call ``interlock.seed_everything(seed)`` before building it, as in Lightning).
@@ -82,6 +98,16 @@ class Trainer:
         strategy: str = "auto",
         precision: Any = "32-true",
         listeners: Sequence[Listener] | None = None,
+        callbacks: Sequence[Listener] | None = None,
+        logger: bool | Listener | Sequence[Listener] | None = True,
+        enable_checkpointing: bool = True,
+        enable_progress_bar: bool = True,
+        enable_model_summary: bool | None = None,
+        enable_trace: bool = True,
+        min_epochs: int | None = None,
+        min_steps: int | None = None,
+        overfit_batches: int | float = 0.0,
+        log_every_n_steps: int = 50,
         default_root_dir: str | os.PathLike[str] | None = None,
         seed: int | None = None,
         deterministic: bool = False,
@@ -89,7 +115,10 @@ class Trainer:
         chart: str | os.PathLike[str] | None = None,
         actions: Mapping[str, Callable[[Run], Any]] | None = None,
         guards: Mapping[str, Callable[[Run], bool]] | None = None,
+        **lightning_only: Any,
     ) -> None:
+        check_lightning_flags(lightning_only, Trainer.__init__)
+        check_model_summary(enable_model_summary)
         self.config = TrainerConfig(
             max_epochs=max_epochs,
             max_steps=max_steps,
@@ -104,13 +133,19 @@ class Trainer:
             gradient_clip_val=gradient_clip_val,
             gradient_clip_algorithm=gradient_clip_algorithm,
             fast_dev_run=fast_dev_run,
+            min_epochs=min_epochs,
+            min_steps=min_steps,
+            overfit_batches=overfit_batches,
+            log_every_n_steps=log_every_n_steps,
         )
         if not isinstance(deterministic, bool):
             raise ValueError(
                 f"Trainer(deterministic={deterministic!r}) is invalid: expected True (ask torch for deterministic "
                 "algorithms) or False"
             )
-        listeners = _check_listeners(listeners)
+        installed = resolve_listeners(
+            listeners, callbacks, logger, enable_checkpointing, enable_progress_bar, enable_trace, self.config
+        )
         self.hardware = resolve_hardware(accelerator, devices, strategy, precision)
         if deterministic:
             import torch
@@ -126,11 +161,7 @@ class Trainer:
             self.registry.add_guard(name, fn)
         self.bus = EventBus(self.statechart.leaves)
         self.runtime = Runtime(self.statechart, self.bus, self.registry)
-        if listeners is None:
-            from interlock.listeners import default_listeners
-
-            listeners = default_listeners()
-        self.listeners = order_listeners(listeners)
+        self.listeners = order_listeners(installed)
         for listener in self.listeners:
             for pattern, handler, every, once in listener.subscriptions():
                 self.bus.on(pattern, handler, every=every, once=once, source=listener.key)
@@ -271,26 +302,6 @@ class Trainer:
 
     def __repr__(self) -> str:
         return f"Trainer({self.hardware.describe()}, at={self.runtime.at!r})"
-
-
-def _check_listeners(listeners: Any) -> Sequence[Listener] | None:
-    """``listeners`` as given, or a ``TypeError`` naming what is not a list of Listener objects."""
-    if listeners is None:
-        return None
-    if isinstance(listeners, str | bytes | Mapping) or not isinstance(listeners, Iterable):
-        raise TypeError(
-            f"Trainer(listeners={listeners!r:.80}) is invalid: expected a list of Listener objects "
-            "(such as [ModelCheckpoint(save_last=True)]), None for the defaults, or [] for none"
-        )
-    items = list(listeners)
-    for i, item in enumerate(items):
-        if not isinstance(item, Listener):
-            raise TypeError(
-                f"Trainer(listeners=...) item {i} is {item!r:.80}, not a Listener: pass instances of "
-                "interlock.Listener subclasses (ModelCheckpoint(), CSVLogger(), ... or your own), not classes or "
-                "other objects"
-            )
-    return items
 
 
 def _restore_check(listener: Listener) -> Callable[[TrainerState, str], TrainerState]:
