@@ -325,7 +325,7 @@ def test_docs_site_shows_a_rendered_chart_offline(browser: Any, tmp_path: Path) 
         page = browser.new_page(viewport={"width": 1200, "height": 900})
         page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(base) else route.abort())
         page.goto(base + "concepts/")
-        chart = page.locator("img[src*='trainer.svg']").first
+        chart = page.locator("img[src*='trainer-overview.svg']").first
         chart.wait_for()
         assert page.evaluate("img => img.complete && img.naturalWidth > 500", chart.element_handle())
         assert "stateDiagram" not in page.inner_text("body")
@@ -449,3 +449,43 @@ def test_the_page_shows_what_a_live_run_writes_within_a_second(browser: Any, tmp
     median = sorted(delays)[len(delays) // 2]
     print(f"follow delay over {len(delays)} writes: median {median * 1000:.0f} ms, max {max(delays) * 1000:.0f} ms")
     assert median < 1.0, delays
+
+
+# -- the chart pictures of the README and docs, at page width -------------------------------------------
+def _chart_pictures() -> list[Path]:
+    """Every SVG picture the README and the docs pages show (Markdown image syntax), once each."""
+    import re
+
+    found: dict[Path, None] = {}
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for target in re.findall(r"!\[[^\]]*\]\(([^)\s]+\.svg)\)", page.read_text()):
+            found[(page.parent / target).resolve()] = None
+    return list(found)
+
+
+_SMALLEST_TEXT = """() => {
+  const svg = document.documentElement;
+  const natural = svg.viewBox.baseVal.width * 4 / 3;  // pt -> px, as an <img> shows it at 100 %
+  svg.setAttribute("width", String(Math.min(800, natural)));
+  svg.removeAttribute("height");
+  const heights = [...svg.querySelectorAll("text")].filter((t) => t.textContent.trim())
+    .map((t) => t.getBoundingClientRect().height);
+  return [Math.min(...heights), heights.length];
+}"""
+
+
+def test_every_chart_picture_reads_at_page_width(browser: Any) -> None:
+    """Each chart picture of the README and docs, shown at most 800 px wide, has no text under 8 px tall."""
+    pictures = _chart_pictures()
+    assert any(p.name == "trainer-overview.svg" for p in pictures) and len(pictures) >= 5, pictures
+    page = browser.new_page(viewport={"width": 1000, "height": 800})
+    small = {}
+    for picture in pictures:
+        assert picture.is_file(), picture
+        page.goto(picture.as_uri())
+        smallest, count = page.evaluate(_SMALLEST_TEXT)
+        assert count > 0, picture
+        if smallest < 8:
+            small[picture.name] = round(smallest, 1)
+    page.screenshot(path=str(ARTIFACTS / "last-chart-picture.png"))
+    assert not small, f"text under 8 px at page width (draw a region instead: interlock chart --region): {small}"
