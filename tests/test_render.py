@@ -558,3 +558,21 @@ def test_mermaid_refuses_a_region() -> None:
     """Regions are drawn by Graphviz; Mermaid says which formats to use."""
     with pytest.raises(ValueError, match="--format dot, svg or png"):
         render(load_chart(), "mermaid", region="fit")
+
+
+def test_cli_draws_a_region_and_refuses_a_bad_one() -> None:
+    """`interlock chart --region fit.train.batch --format dot` prints that part; a leaf is refused with exit 2."""
+    import os
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root / "src")}
+    cli = [sys.executable, "-m", "interlock.cli.main", "chart", "--format", "dot"]
+    done = subprocess.run(
+        [*cli, "--region", "fit.train.batch"], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0 and done.stdout == to_dot(load_chart(), region="fit.train.batch")
+    bad = subprocess.run(
+        [*cli, "--region", "fit.train.batch.step"], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert bad.returncode == 2 and "use one of: fit," in bad.stderr
