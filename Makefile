@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint imports typecheck pytest docs charts bench clean venv
+.PHONY: demo test lint imports typecheck pytest docs charts chart-parts bench clean venv
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -42,6 +42,18 @@ charts: $(STAMP)
 	$(BIN)/python -m interlock.cli.main chart --format mermaid -o statecharts/trainer.mmd
 	$(BIN)/python -m interlock.cli.main chart --format svg -o statecharts/trainer.svg
 	cp statecharts/trainer.svg docs/assets/trainer.svg
+	$(MAKE) chart-parts
+
+# The chart in parts, each legible at page width (README and docs): the overview, then one picture per region.
+CHART := $(BIN)/python -m interlock.cli.main chart --format svg
+chart-parts: $(STAMP)
+	$(CHART) --depth 1 -o docs/assets/trainer-overview.svg
+	$(CHART) --region fit --depth 1 -o docs/assets/trainer-fit.svg
+	$(CHART) --region fit.sanity -o docs/assets/trainer-fit.sanity.svg
+	$(CHART) --region fit.train --depth 1 -o docs/assets/trainer-fit.train.svg
+	$(CHART) --region fit.train.batch -o docs/assets/trainer-fit.train.batch.svg
+	$(CHART) --region fit.train.val -o docs/assets/trainer-fit.train.val.svg
+	$(CHART) --region validate -o docs/assets/trainer-validate.svg
 
 bench: $(STAMP)
 	$(BIN)/pip install -q -c <(echo torch==2.13.0) -e '.[bench]' || echo "Lightning/Ignite not installed: bench compares interlock with the plain loop only"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import subprocess
@@ -21,7 +22,15 @@ def _finite(value: Any) -> bool:
 @pytest.mark.timeout(900)
 def test_bench_quick_json_shape() -> None:
     proc = subprocess.run(
-        [sys.executable, str(BENCH), "--quick", "--json", "--quiet", "--variants", "plain,interlock_bare,ignite"],
+        [
+            sys.executable,
+            str(BENCH),
+            "--quick",
+            "--json",
+            "--quiet",
+            "--variants",
+            "plain,interlock_bare,interlock_view,ignite",
+        ],
         capture_output=True,
         text=True,
         timeout=880,
@@ -62,6 +71,14 @@ def test_bench_quick_json_shape() -> None:
     assert _finite(judged) and len(bare["same_process_samples"]) == 1
     assert bare["overhead_at_reference_us"] == pytest.approx(judged / scale)
     assert bare["raw_verdict"] == ("PASS" if judged <= bare["target_us"] else "MISS")
+    view = variants["interlock_view"]  # the default listeners plus LiveView, a page following the run
+    if importlib.util.find_spec("uvicorn") is None:
+        assert "[view]" in view["unavailable"]
+    else:
+        assert "error" not in view, view
+        assert _finite(view["us_per_step"]) and _finite(view["same_process_overhead_us_per_step"])
+        assert view["target_us"] == report["targets"]["interlock_view_us"] == 25.0
+        assert view["verdict"] in ("PASS", "MISS")
     ignite = variants["ignite"]  # measured when installed, reported unavailable otherwise
     assert "unavailable" in ignite or _finite(ignite["us_per_step"])
 

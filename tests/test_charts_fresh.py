@@ -41,3 +41,31 @@ def test_docs_copy_of_the_svg_is_the_committed_one() -> None:
     """docs/assets/trainer.svg (the Concepts page's picture) is statecharts/trainer.svg (`make charts` copies it)."""
     docs_copy = CHARTS.parent / "docs" / "assets" / "trainer.svg"
     assert docs_copy.read_bytes() == (CHARTS / "trainer.svg").read_bytes(), "run `make charts`"
+
+
+#: The chart's parts on the README and docs pages (`make chart-parts`): file -> (region, depth).
+PARTS = {
+    "trainer-overview.svg": (None, 1),
+    "trainer-fit.svg": ("fit", 1),
+    "trainer-fit.sanity.svg": ("fit.sanity", None),
+    "trainer-fit.train.svg": ("fit.train", 1),
+    "trainer-fit.train.batch.svg": ("fit.train.batch", None),
+    "trainer-fit.train.val.svg": ("fit.train.val", None),
+    "trainer-validate.svg": ("validate", None),
+}
+
+
+def test_committed_chart_parts_are_current_and_made_by_make() -> None:
+    """Every docs/assets/trainer-*.svg part is drawn from today's chart, and `make chart-parts` draws each."""
+    assets = CHARTS.parent / "docs" / "assets"
+    makefile = (CHARTS.parent / "Makefile").read_text()
+    on_disk = {p.name for p in assets.glob("trainer-*.svg")}
+    assert on_disk == set(PARTS), "docs/assets/trainer-*.svg and PARTS differ"
+    for name, (region, depth) in PARTS.items():
+        svg = (assets / name).read_text()
+        stamp = re.search(rf"{SOURCE_STAMP}: ([0-9a-f]{{64}})", svg)
+        assert stamp and stamp.group(1) == source_digest(to_dot(load_chart(), region=region, depth=depth)), (
+            f"docs/assets/{name} is stale: run `make charts`"
+        )
+        flags = (f"--region {region} " if region else "") + (f"--depth {depth} " if depth else "")
+        assert f"{flags}-o docs/assets/{name}" in makefile, f"`make chart-parts` does not draw {name}"

@@ -512,3 +512,87 @@ def test_render_without_graphviz_says_how_to_get_it(chart: Chart, monkeypatch: p
     assert "apt-get install graphviz" in message and "brew install graphviz" in message
     assert "--format mermaid" in message and "--format dot" in message
     assert to_dot(chart)  # the text formats still work
+
+
+# -- regions: a part of the chart that reads at page width ----------------------------------------
+def _dot_nodes(dot: str) -> set[str]:
+    return set(re.findall(r'^\s*"([^"#]+)" \[label=', dot, flags=re.MULTILINE))
+
+
+def test_a_region_draws_only_its_states_and_names_where_edges_leave() -> None:
+    """`fit.train.batch` draws its five states; edges out of it end at dashed boxes naming their targets."""
+    chart = load_chart()
+    ids = state_ids(chart)
+    dot = to_dot(chart, region="fit.train.batch")
+    inside = {p for p in chart.states if p.startswith("fit.train.batch.")}
+    assert _dot_nodes(dot) == {ids[p] for p in inside}
+    assert '"outside#fit.train.epoch_end"' in dot or '"outside#fit.train.val"' in dot
+    assert 'style="rounded,dashed"' in dot and 'point-size="8"' not in dot  # no type under 10 pt
+
+
+def test_depth_collapses_compound_states_into_one_box() -> None:
+    """At depth 1 the top level shows fit/validate/test/predict as boxes with their state counts, nothing inside."""
+    chart = load_chart()
+    ids = state_ids(chart)
+    dot = to_dot(chart, depth=1)
+    top = {p for p, s in chart.states.items() if s.parent is None}
+    assert _dot_nodes(dot) == {ids[p] for p in top}
+    assert "cluster_" not in dot and "[25 states inside]" in dot
+    # the transitions between one pair of boxes are one edge listing them all
+    assert len(re.findall(rf'"{ids["fit"]}" -> "{ids["teardown"]}"', dot)) == 1
+
+
+def test_a_collapsed_box_shows_the_failure_inside_it(tmp_path: Path) -> None:
+    """A failed run drawn on `fit.train --depth 1` marks the `val` box red with the exception."""
+    chart = load_chart()
+    trace = tmp_path / "events.jsonl"
+    rows = [
+        ("setup", "setup", "idle", ""),
+        ("fit.start", "fit", "setup", ""),
+        ("fit.train.val.start", "validate", "fit.start", ""),
+        ("teardown", "fail", "fit.train.val.start", ', "error": "ValueError: boom"'),
+        ("failed", "failed", "teardown", ', "error": "ValueError: boom"'),
+    ]
+    trace.write_text(
+        "".join(
+            f'{{"time": 1.0, "event": "{e}", "trigger": "{t}", "source": "{s}", "epoch": 0, "global_step": 0, '
+            f'"batch_idx": 0, "count": 1{err}}}\n'
+            for e, t, s, err in rows
+        )
+    )
+    dot = to_dot(chart, read_trace(trace, chart), region="fit.train", depth=1)
+    val = next(line for line in dot.splitlines() if line.strip().startswith(f'"{state_ids(chart)["fit.train.val"]}"'))
+    assert "ValueError: boom" in val and "#f8d0d0" in val
+
+
+@pytest.mark.parametrize(
+    ("region", "depth"), [("fit.train.batch.step", None), ("nope", None), (None, 0), ("fit", True)]
+)
+def test_a_bad_region_or_depth_is_refused_with_the_choices(region: str | None, depth: int | None) -> None:
+    """A leaf, an unknown state or a depth below 1 is an early error that names what to use."""
+    with pytest.raises(ValueError, match="compound state of the chart; use one of: fit, |must be an int >= 1"):
+        to_dot(load_chart(), region=region, depth=depth)
+
+
+def test_mermaid_refuses_a_region() -> None:
+    """Regions are drawn by Graphviz; Mermaid says which formats to use."""
+    with pytest.raises(ValueError, match="--format dot, svg or png"):
+        render(load_chart(), "mermaid", region="fit")
+
+
+def test_cli_draws_a_region_and_refuses_a_bad_one() -> None:
+    """`interlock chart --region fit.train.batch --format dot` prints that part; a leaf is refused with exit 2."""
+    import os
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root / "src")}
+    cli = [sys.executable, "-m", "interlock.cli.main", "chart", "--format", "dot"]
+    done = subprocess.run(
+        [*cli, "--region", "fit.train.batch"], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0 and done.stdout == to_dot(load_chart(), region="fit.train.batch")
+    bad = subprocess.run(
+        [*cli, "--region", "fit.train.batch.step"], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert bad.returncode == 2 and "use one of: fit," in bad.stderr

@@ -325,10 +325,167 @@ def test_docs_site_shows_a_rendered_chart_offline(browser: Any, tmp_path: Path) 
         page = browser.new_page(viewport={"width": 1200, "height": 900})
         page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(base) else route.abort())
         page.goto(base + "concepts/")
-        chart = page.locator("img[src*='trainer.svg']").first
+        chart = page.locator("img[src*='trainer-overview.svg']").first
         chart.wait_for()
         assert page.evaluate("img => img.complete && img.naturalWidth > 500", chart.element_handle())
         assert "stateDiagram" not in page.inner_text("body")
         page.screenshot(path=str(ARTIFACTS / "docs-concepts.png"))
     finally:
         httpd.shutdown()
+
+
+# -- a run's own chart ----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def ema_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run trained with docs/extending.md's chart: an ``ema`` state after every optimizer step."""
+    import interlock
+    from conftest import TinyModule, loader
+    from test_extend import BUILTIN, STEPPED, WITH_EMA, ema_update
+
+    folder = tmp_path_factory.mktemp("ema")
+    chart = folder / "ema.yaml"
+    chart.write_text(BUILTIN.read_text().replace(STEPPED, WITH_EMA))
+    trainer = interlock.Trainer(
+        max_epochs=1, default_root_dir=folder, chart=chart, actions={"ema.update": ema_update}, num_sanity_val_steps=0
+    )
+    trainer.fit(TinyModule(), loader(32, 8))
+    return folder / "runs"
+
+
+def test_the_run_records_its_chart_and_the_view_serves_that_one(ema_run: Path, tmp_path: Path) -> None:
+    """A run trained with a custom chart is drawn on it; a run without chart.yaml on the built-in one."""
+    from interlock.core.chart import load_chart
+
+    recorded = ema_run / "version_0" / "chart.yaml"
+    assert "fit.train.batch.ema" in load_chart(recorded).states
+    client = TestClient(make_app(ViewConfig(root=ema_run)))
+    info = client.get("/api/chart.json", params={"run": "version_0"}).json()
+    assert info["source"] == "run" and "fit.train.batch.ema" in info["ids"]
+    _fake_run(tmp_path / "version_0")  # an older run: no chart.yaml
+    info = TestClient(make_app(ViewConfig(root=tmp_path))).get("/api/chart.json", params={"run": "version_0"}).json()
+    assert info["source"] == "built-in" and "fit.train.batch.ema" not in info["ids"]
+    assert client.get("/api/chart.json", params={"run": "../.."}).status_code == 403
+    if shutil.which("dot"):
+        svg = client.get("/api/chart.svg", params={"run": "version_0"})
+        assert svg.status_code == 200 and ">ema" in svg.text
+
+
+def test_the_page_draws_a_custom_chart_run(browser: Any, ema_run: Path) -> None:
+    """The page shows the run's own ``ema`` state, visited, with the run on it."""
+    server = ViewServer(ema_run).start()
+    try:
+        page = Page(browser, _base(server.url))
+        page.page.goto(server.url)
+        ema = page.page.locator("#chart g.node[data-state='fit.train.batch.ema']")
+        ema.wait_for()
+        page.page.wait_for_selector("#chart g.node[data-state='fit.train.batch.ema'].iv-visited")
+        assert page.text("#status") == "finished"
+        page.shot("custom-chart.png")
+        page.check_clean()
+    finally:
+        server.stop()
+
+
+# -- how soon the page shows what the run wrote ------------------------------------------------------
+_RECORD_SHOWN = """
+window.__shown = [];
+document.addEventListener("DOMContentLoaded", () => {
+  const scrub = document.getElementById("scrub");
+  new MutationObserver(() => window.__shown.push([Date.now() / 1000, Number(scrub.max)]))
+    .observe(document.getElementById("moment"), { childList: true, characterData: true, subtree: true });
+});
+"""
+
+
+def _watch_writes(trace: Path, writes: list[tuple[float, int]], stop: threading.Event) -> None:
+    """Record ``(time, complete lines)`` each time the run appends to its trace (checked every 5 ms)."""
+    size = -1
+    while not stop.is_set():
+        try:
+            now_size = trace.stat().st_size
+        except FileNotFoundError:
+            now_size = -1
+        if now_size != size:
+            stamp = time.time()
+            size = now_size
+            writes.append((stamp, trace.read_bytes().count(b"\n") if size >= 0 else 0))
+        time.sleep(0.005)
+
+
+def test_the_page_shows_what_a_live_run_writes_within_a_second(browser: Any, tmp_path: Path) -> None:
+    """The median delay from the run writing trace lines to the page showing them is under 1 s."""
+    cfg = _slow_config(tmp_path, epochs=6, delay=0.12)
+    argv = [*CLI, "fit", "--view", "--config", str(cfg)]
+    proc = subprocess.Popen(argv, env=ENV, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    writes: list[tuple[float, int]] = []
+    stop = threading.Event()
+    try:
+        url = _url_from(proc)
+        trace = tmp_path / "runs" / url.rsplit("run=", 1)[-1] / "events.jsonl"
+        watcher = threading.Thread(target=_watch_writes, args=(trace, writes, stop), daemon=True)
+        watcher.start()
+        page = Page(browser, _base(url))
+        page.page.add_init_script(_RECORD_SHOWN)
+        page.page.goto(url)
+        expect = pytest.importorskip("playwright.sync_api").expect
+        expect(page.page.locator("#live")).to_have_text("live", timeout=60_000)
+        live_from = time.time()
+        expect(page.page.locator("#status")).to_have_text("finished", timeout=180_000)
+        time.sleep(0.5)
+        shown: list[tuple[float, int]] = page.page.evaluate("window.__shown")
+        page.check_clean()
+    finally:
+        stop.set()
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+    delays = []
+    for written_at, lines in writes:
+        if written_at < live_from or lines == 0:
+            continue  # written before the page followed the run
+        seen = next((t for t, count in shown if count >= lines), None)
+        assert seen is not None, f"the page never showed the {lines} lines written at {written_at}"
+        delays.append(max(0.0, seen - written_at))
+    assert len(delays) >= 3, (writes, shown)
+    median = sorted(delays)[len(delays) // 2]
+    print(f"follow delay over {len(delays)} writes: median {median * 1000:.0f} ms, max {max(delays) * 1000:.0f} ms")
+    assert median < 1.0, delays
+
+
+# -- the chart pictures of the README and docs, at page width -------------------------------------------
+def _chart_pictures() -> list[Path]:
+    """Every SVG picture the README and the docs pages show (Markdown image syntax), once each."""
+    import re
+
+    found: dict[Path, None] = {}
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for target in re.findall(r"!\[[^\]]*\]\(([^)\s]+\.svg)\)", page.read_text()):
+            found[(page.parent / target).resolve()] = None
+    return list(found)
+
+
+_SMALLEST_TEXT = """() => {
+  const svg = document.documentElement;
+  const natural = svg.viewBox.baseVal.width * 4 / 3;  // pt -> px, as an <img> shows it at 100 %
+  svg.setAttribute("width", String(Math.min(800, natural)));
+  svg.removeAttribute("height");
+  const heights = [...svg.querySelectorAll("text")].filter((t) => t.textContent.trim())
+    .map((t) => t.getBoundingClientRect().height);
+  return [Math.min(...heights), heights.length];
+}"""
+
+
+def test_every_chart_picture_reads_at_page_width(browser: Any) -> None:
+    """Each chart picture of the README and docs, shown at most 800 px wide, has no text under 8 px tall."""
+    pictures = _chart_pictures()
+    assert any(p.name == "trainer-overview.svg" for p in pictures) and len(pictures) >= 5, pictures
+    page = browser.new_page(viewport={"width": 1000, "height": 800})
+    small = {}
+    for picture in pictures:
+        assert picture.is_file(), picture
+        page.goto(picture.as_uri())
+        smallest, count = page.evaluate(_SMALLEST_TEXT)
+        assert count > 0, picture
+        if smallest < 8:
+            small[picture.name] = round(smallest, 1)
+    page.screenshot(path=str(ARTIFACTS / "last-chart-picture.png"))
+    assert not small, f"text under 8 px at page width (draw a region instead: interlock chart --region): {small}"

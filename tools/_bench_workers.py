@@ -154,6 +154,7 @@ def _interlock(
     probe: Callable[[int], None],
     probe_every: int | None,
     default: bool,
+    view: bool = False,
 ) -> None:
     import interlock
 
@@ -170,18 +171,66 @@ def _interlock(
             return torch.optim.SGD(self.parameters(), lr=LR)
 
     root = tempfile.mkdtemp(prefix="bench-interlock-")
+    listeners: list[Any] = []
+    watcher = None
+    if view:  # the defaults plus the view of the run, with a page (another process) following it
+        from interlock.view import LiveView
+
+        port = _free_port()
+        listeners = [LiveView(port=port)]
+        watcher = _follow(f"http://127.0.0.1:{port}/api/stream?run=version_0")
     trainer = interlock.Trainer(
         max_epochs=10**6,
         max_steps=max_steps,
         **({} if default else {"logger": False, "enable_trace": False, "enable_progress_bar": False}),
         **({} if default else {"enable_checkpointing": False}),
+        listeners=listeners,
         num_sanity_val_steps=0,
         accelerator="cpu",
         default_root_dir=root,
     )
     if probe_every:
         trainer.on("fit.train.batch.end", lambda event: probe(event.global_step), every=probe_every)
-    trainer.fit(Net(), DataLoader(ds, batch_size=batch))
+    try:
+        trainer.fit(Net(), DataLoader(ds, batch_size=batch))
+    finally:
+        if watcher is not None:
+            for listener in trainer.listeners:
+                if hasattr(listener, "stop"):
+                    listener.stop()
+            watcher.kill()
+            watcher.wait()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+#: A page following the run: reads the view's event stream (retrying until the server is up) until it closes.
+_FOLLOWER = """
+import sys, time, urllib.request
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline:
+    try:
+        with urllib.request.urlopen(sys.argv[1]) as stream:
+            while stream.readline():
+                pass
+        break
+    except OSError:
+        time.sleep(0.01)
+"""
+
+
+def _follow(url: str) -> Any:
+    import subprocess
+
+    return subprocess.Popen(
+        [sys.executable, "-c", _FOLLOWER, url], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
 
 
 def _lightning(ds: TensorDataset, batch: int, clock: StepClock, max_steps: int, default: bool) -> None:
@@ -249,6 +298,7 @@ def _no_probe(step: int) -> None:
 _FRAMEWORK = {
     "interlock_bare": "interlock",
     "interlock_default": "interlock.listeners",
+    "interlock_view": "interlock.view",
     "lightning": "pytorch_lightning",
     "lightning_default": "pytorch_lightning",
     "ignite": "ignite.engine",
@@ -295,8 +345,17 @@ def run_steps(spec: dict[str, Any]) -> dict[str, Any]:
         t_call = time.perf_counter()
         if variant == "plain":
             _plain(ds, batch, clock, max_steps, probe_fn)
-        elif variant in ("interlock_bare", "interlock_default"):
-            _interlock(ds, batch, clock, max_steps, probe_fn, every, default=variant == "interlock_default")
+        elif variant in ("interlock_bare", "interlock_default", "interlock_view"):
+            _interlock(
+                ds,
+                batch,
+                clock,
+                max_steps,
+                probe_fn,
+                every,
+                default=variant != "interlock_bare",
+                view=variant == "interlock_view",
+            )
         elif variant in ("lightning", "lightning_default"):
             _lightning(ds, batch, clock, max_steps, default=variant == "lightning_default")
         elif variant == "ignite":
@@ -331,8 +390,9 @@ def run_steps_same_process(spec: dict[str, Any]) -> dict[str, Any]:
         with quiet():
             if variant == "plain":
                 _plain(ds, batch, clock, max_steps, _no_probe)
-            elif variant in ("interlock_bare", "interlock_default"):
-                _interlock(ds, batch, clock, max_steps, _no_probe, None, default=variant == "interlock_default")
+            elif variant in ("interlock_bare", "interlock_default", "interlock_view"):
+                default, view = variant != "interlock_bare", variant == "interlock_view"
+                _interlock(ds, batch, clock, max_steps, _no_probe, None, default=default, view=view)
             else:
                 raise ValueError(f"variant {variant!r} is not measured in one process")
         return float(clock.summary(0.0, 0.0)["median_step_us"])

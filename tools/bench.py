@@ -34,15 +34,30 @@ WORKER = HERE / "_bench_workers.py"
 SRC = HERE.parent / "src"
 
 SECTIONS = ("steps", "ddp", "ckpt", "resume", "rss", "epochs")
-STEP_VARIANTS = ("plain", "interlock_bare", "interlock_default", "lightning", "lightning_default", "ignite")
+STEP_VARIANTS = (
+    "plain",
+    "interlock_bare",
+    "interlock_default",
+    "interlock_view",
+    "lightning",
+    "lightning_default",
+    "ignite",
+)
 #: Which import each optional variant needs.
-NEEDS = {"lightning": "pytorch_lightning", "lightning_default": "pytorch_lightning", "ignite": "ignite"}
+NEEDS = {
+    "interlock_view": "uvicorn",
+    "lightning": "pytorch_lightning",
+    "lightning_default": "pytorch_lightning",
+    "ignite": "ignite",
+}
 
 TARGETS = {
     # per-step overhead over the plain loop, in µs, stated for a machine where the plain loop takes
     # REFERENCE_PLAIN_US; on a slower or faster machine the bench scales them with the plain loop
     "interlock_bare_us": 10.0,
     "interlock_default_us": 25.0,
+    # the default listeners plus the view of the run (LiveView, `fit --view`) with a page following it
+    "interlock_view_us": 25.0,
     "ddp_ratio": 1.10,
     "ckpt_ratio": 1.2,
     "resume_ratio": 2.0,
@@ -166,7 +181,7 @@ def median_of(runs: Sequence[dict[str, Any]], key: str) -> float | None:
 
 
 #: Variants that can share a process (no third-party framework imported).
-SAME_PROCESS = ("plain", "interlock_bare", "interlock_default")
+SAME_PROCESS = ("plain", "interlock_bare", "interlock_default", "interlock_view")
 
 
 def steps_same_process(
@@ -689,7 +704,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 table, info, steps_runs = section_steps(runner, size, available, repeats, warmup)
                 for v in args.variant_list:
                     if v not in available:
-                        table[v] = {"unavailable": f"{NEEDS[v]} is not installed (pip install -e '.[bench]')"}
+                        extra = "view" if v == "interlock_view" else "bench"
+                        table[v] = {"unavailable": f"{NEEDS[v]} is not installed (pip install -e '.[{extra}]')"}
                 report["variants"] = table
                 report["steps"] = info
             else:

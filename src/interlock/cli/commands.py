@@ -269,7 +269,10 @@ def chart(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str]) -> int:
         out = chart_actions(the_chart)
     else:
         trace = read_trace(opts.trace, the_chart) if opts.trace else None
-        out = render(the_chart, opts.format, trace)
+        try:
+            out = render(the_chart, opts.format, trace, region=opts.get("region"), depth=opts.get("depth"))
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     if opts.output:
         target = Path(opts.output)
         target.parent.mkdir(parents=True, exist_ok=True)

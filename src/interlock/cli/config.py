@@ -159,6 +159,18 @@ def _chart_parser() -> ArgumentParser:
         "--chart", type=str | None, default=None, help="A custom chart YAML file instead of the built-in one."
     )
     parser.add_argument(
+        "--region",
+        type=str | None,
+        default=None,
+        help="Draw only the states inside this compound state (e.g. fit.train.batch); dot/svg/png.",
+    )
+    parser.add_argument(
+        "--depth",
+        type=int | None,
+        default=None,
+        help="Draw this many levels of states below the region (or the top); deeper ones as one box each.",
+    )
+    parser.add_argument(
         "--actions",
         action="store_true",
         help="List every action and guard (owner, one-line doc) instead of drawing; * marks those the chart uses.",

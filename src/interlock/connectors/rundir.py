@@ -19,11 +19,13 @@ import errno
 import os
 import re
 import socket
+import tempfile
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from interlock.core.chart import Chart
 from interlock.core.errors import OutputError, RunDirectoryInUse
 from interlock.core.registry import Action, Registry
 from interlock.core.run import Run
@@ -35,18 +37,22 @@ except ImportError:  # pragma: no cover - Windows: directories are still claimed
     fcntl = None  # type: ignore[assignment]
 
 __all__ = [
+    "CHART_FILE",
     "LOCK_FILE",
     "RunLock",
     "check_run_dir",
     "claim_run_dir",
     "continued_run_dir",
     "next_run_dir",
+    "record_chart",
     "register",
     "release_run_dir",
 ]
 
 #: The lock file in every run directory a stage writes (it stays; the lock is what counts).
 LOCK_FILE = ".interlock.lock"
+#: The chart the run's last stage ran, as YAML (what ``interlock view`` draws the run on).
+CHART_FILE = "chart.yaml"
 _VERSION = re.compile(r"version_([0-9]+)")
 #: ``run.extras`` keys: the held lock, and the checkpoint a fit resumes (for the refusal's advice).
 LOCK_KEY = "interlock.run_lock"
@@ -216,6 +222,40 @@ def check_run_dir(run: Run) -> None:
         lock.check()
 
 
+_CHART_TEXT: weakref.WeakKeyDictionary[Chart, str] = weakref.WeakKeyDictionary()
+
+
+def record_chart(run_dir: Path, chart: Chart) -> None:
+    """Write ``chart`` to ``run_dir/chart.yaml`` (atomically; left alone when it already holds that chart)."""
+    import yaml
+
+    text = _CHART_TEXT.get(chart)
+    if text is None:
+        text = _CHART_TEXT[chart] = yaml.safe_dump(_plain(chart.data), sort_keys=False)
+    target = run_dir / CHART_FILE
+    with contextlib.suppress(OSError):
+        if target.read_text(encoding="utf-8") == text:
+            return
+    fd, tmp = tempfile.mkstemp(prefix=".chart-", suffix=".tmp", dir=run_dir)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _plain(value: Any) -> Any:
+    """Mappings and sequences of a loaded chart as plain dicts and lists (what ``yaml.safe_dump`` writes)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
 def release_run_dir(run: Run) -> None:
     """Release the run directory lock this stage holds, if any (teardown, and after a failed teardown)."""
     lock = run.extras.pop(LOCK_KEY, None)
@@ -224,7 +264,7 @@ def release_run_dir(run: Run) -> None:
 
 
 def register(reg: Registry) -> None:
-    """``rundir.claim`` and ``rundir.release``."""
+    """``rundir.claim`` (which also records the chart, :func:`record_chart`) and ``rundir.release``."""
 
     @reg.action("rundir.claim")
     def claim(run: Run, params: Mapping[str, Any]) -> Action:
@@ -243,6 +283,8 @@ def register(reg: Registry) -> None:
                     else:
                         path = claim_run_dir(root)
                     run.extras[LOCK_KEY] = RunLock.acquire(path, str(run.extras.get(RESUMED_KEY, "")))
+                    if run.chart is not None:
+                        record_chart(path, run.chart)
                 except Exception as exc:  # every rank must hear of it: the others wait in the broadcast
                     error = exc
                 outcome: tuple[str, str | None] = (str(path), None if error is None else f"{error}")

@@ -1,8 +1,9 @@
 """The view's web app (starlette): the page, its assets, the runs, and one run pushed live over SSE.
 
 Routes: ``/`` the page; ``/static/*`` its assets (from the package); ``/api/runs`` the runs
-under the root; ``/api/chart.svg`` the chart drawn by Graphviz, plus ``/api/chart.json``
-(state path -> SVG node title); ``/api/stream?run=R`` server-sent events: a ``snapshot``
+under the root; ``/api/chart.svg?run=R`` the chart run ``R`` ran (its ``chart.yaml``, written
+at set-up; the built-in chart for a run without one) drawn by Graphviz, plus
+``/api/chart.json?run=R`` (state path -> SVG node title); ``/api/stream?run=R`` server-sent events: a ``snapshot``
 of run ``R`` then an ``update`` whenever its trace, metrics or checkpoints change (polled
 every ``poll`` seconds); ``/api/file?run=R&path=P`` one file of a run. When a token is
 set every request must carry it (``?token=`` or the cookie the page sets).
@@ -11,6 +12,7 @@ set every request must carry it (``?token=`` or the cookie the page sets).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import json
 from collections.abc import AsyncIterator, Sequence
@@ -30,6 +32,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from interlock.core.chart import Chart, load_chart
+from interlock.core.errors import ChartError
 from interlock.view.checkpoints import checkpoint_rows
 from interlock.view.runs import ForbiddenPath, find_runs, read_events, read_metrics, run_dir, safe_path
 from interlock.viz import GraphvizError, render, state_ids
@@ -76,10 +79,52 @@ def _state(run: Path, cfg: ViewConfig, offset: int, seen: dict[str, Any]) -> tup
     return out, offset
 
 
+CHART_FILE = "chart.yaml"  # interlock.connectors.rundir.CHART_FILE (the view does not import the trainer's layers)
+
+
+class _Charts:
+    """The chart of each run, parsed and drawn once per distinct chart text."""
+
+    def __init__(self, default: Chart) -> None:
+        self.default = default
+        self.charts: dict[str, Chart] = {}
+        self.svgs: dict[str, str | bytes] = {}
+
+    def of(self, run: Path | None) -> tuple[str, Chart]:
+        """``(key, chart)``: the run's recorded chart, or the default when it has none (or it does not load)."""
+        file = run / CHART_FILE if run is not None else None
+        try:
+            text = file.read_text(encoding="utf-8") if file is not None else None
+        except (OSError, UnicodeDecodeError):
+            text = None
+        if text is None:
+            return "", self.default
+        key = hashlib.sha256(text.encode()).hexdigest()
+        if key not in self.charts:
+            try:
+                self.charts[key] = load_chart(file)
+            except ChartError:
+                return "", self.default
+        return key, self.charts[key]
+
+    def svg(self, key: str, chart: Chart) -> str | bytes:
+        if key not in self.svgs:
+            self.svgs[key] = render(chart, "svg")
+        return self.svgs[key]
+
+
 def make_app(cfg: ViewConfig) -> Starlette:
     """The starlette app serving ``cfg.root``."""
-    chart = cfg.chart or load_chart()
+    charts = _Charts(cfg.chart or load_chart())
     root = cfg.root.resolve()
+
+    def run_of(request: Request) -> Path | None:
+        """The run a chart request names (None: none, or not a run yet); ForbiddenPath outside the root."""
+        name = request.query_params.get("run")
+        if name is None:
+            return None
+        path = safe_path(root, name)
+        return path if path.is_dir() else None
 
     async def page(request: Request) -> Response:
         response = FileResponse(_static_dir() / "index.html")
@@ -92,13 +137,27 @@ def make_app(cfg: ViewConfig) -> Starlette:
 
     async def chart_svg(request: Request) -> Response:
         try:
-            svg = await asyncio.to_thread(render, chart, "svg")
+            key, chart = await asyncio.to_thread(charts.of, run_of(request))
+            svg = await asyncio.to_thread(charts.svg, key, chart)
+        except ForbiddenPath as exc:
+            return Response(str(exc), status_code=403, media_type="text/plain")
         except GraphvizError as exc:
             return Response(str(exc), status_code=503, media_type="text/plain")
         return Response(svg, media_type="image/svg+xml")
 
     async def chart_json(request: Request) -> Response:
-        return JSONResponse({"ids": state_ids(chart), "finals": sorted(chart.final_states), "guards": _guards(chart)})
+        try:
+            key, chart = await asyncio.to_thread(charts.of, run_of(request))
+        except ForbiddenPath as exc:
+            return Response(str(exc), status_code=403, media_type="text/plain")
+        return JSONResponse(
+            {
+                "ids": state_ids(chart),
+                "finals": sorted(chart.final_states),
+                "guards": _guards(chart),
+                "source": "run" if key else "built-in",
+            }
+        )
 
     async def stream(request: Request) -> Response:
         try:

@@ -47,9 +47,12 @@ _FAILED = ("#f8d0d0", "#c62828")
 _INTERRUPTED = ("#ffe0b2", "#e65100")
 _IDLE_EDGE = "#b0b0b0"
 _ACTIONS_FONT = 'point-size="8" color="#555555"'
+#: A part of the chart (a region) is drawn to be read at page width: no type smaller than 10 pt.
+_PART_ACTIONS_FONT = 'point-size="10" color="#555555"'
 _FAILURE_TRIGGERS = {"fail", "failed"}
 _INTERRUPT_EDGE_TRIGGERS = {*INTERRUPT_TRIGGERS, "interrupted"}
 _ACTIONS_WIDTH = 44  # characters per line of a state's action list
+_PART_ACTIONS_WIDTH = 28  # the same in a drawing of a part of the chart (larger type)
 
 
 class GraphvizError(InterlockError, RuntimeError):
@@ -119,13 +122,13 @@ def _times(n: int) -> str:
     return f" \N{MULTIPLICATION SIGN}{n}" if n else ""
 
 
-def _action_lines(spec: StateSpec) -> list[str]:
+def _action_lines(spec: StateSpec, width: int = _ACTIONS_WIDTH) -> list[str]:
     """``entry / a, b`` and ``exit / c`` of a state, wrapped at spaces (empty: it runs no actions)."""
     lines: list[str] = []
     for kind, names in (("entry", spec.entry), ("exit", spec.exit)):
         if names:
             text = f"{kind} / {', '.join(names)}"
-            lines += textwrap.wrap(text, _ACTIONS_WIDTH, break_long_words=False, break_on_hyphens=False)
+            lines += textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False)
     return lines
 
 
@@ -341,25 +344,65 @@ def to_mermaid(chart: Chart, trace: TraceSummary | None = None) -> str:
     return "\n".join(out) + "\n"
 
 
+# -- regions ----------------------------------------------------------------------
+def check_region(chart: Chart, region: str | None, depth: int | None) -> None:
+    """Refuse a region that is not a compound state of ``chart``, or a depth below 1, naming the fix."""
+    if region is not None and (region not in chart.states or not chart.states[region].children):
+        compounds = ", ".join(p for p, st in chart.states.items() if st.children)
+        raise ValueError(f"region {region!r} is not a compound state of the chart; use one of: {compounds}")
+    if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int) or depth < 1):
+        raise ValueError(f"depth {depth!r} must be an int >= 1 (levels of states drawn below the region)")
+
+
+def _level(chart: Chart, path: str, region: str | None) -> int:
+    """How many levels ``path`` is below ``region`` (1: a child of it)."""
+    return path.count(".") - (region.count(".") if region is not None else -1)
+
+
 # -- Graphviz ---------------------------------------------------------------------
-def to_dot(chart: Chart, trace: TraceSummary | None = None) -> str:
-    """The chart as Graphviz DOT: compound states are nested ``cluster_`` subgraphs."""
+def to_dot(chart: Chart, trace: TraceSummary | None = None, region: str | None = None, depth: int | None = None) -> str:
+    """The chart as Graphviz DOT: compound states are nested ``cluster_`` subgraphs.
+
+    ``region`` (a compound state) draws only the states inside it; ``depth`` draws that many
+    levels below the region (or the top) and each compound state at the last level as one
+    collapsed box (its inside is a region of its own). A transition that leaves the drawn
+    part ends at a dashed box naming its target.
+    """
+    check_region(chart, region, depth)
     ids = state_ids(chart)
     ov = _overlay(chart, trace) if trace is not None else None
+    partial = region is not None or depth is not None
+
+    def shown(path: str) -> str | None:
+        """The drawn state that stands for ``path`` (itself, or the collapsed box holding it); None: outside."""
+        if region is not None and region not in list(chart.ancestors(path))[1:]:
+            return None
+        if depth is None:
+            return path
+        chain = list(chart.ancestors(path))[::-1]  # top-level first
+        return next(
+            a for a in chain if _level(chart, a, region) >= 1 and (_level(chart, a, region) >= depth or a == path)
+        )
+
+    def collapsed(path: str) -> bool:
+        return bool(chart.states[path].children) and depth is not None and _level(chart, path, region) >= depth
+
     out = [
         "digraph interlock {",
         '  graph [compound=true, fontname="Helvetica", fontsize=11, nodesep=0.3, ranksep=0.35];',
         '  node [shape=box, style="rounded", fontname="Helvetica", fontsize=10, height=0.3];',
-        '  edge [fontname="Helvetica", fontsize=9, arrowsize=0.7];',
+        f'  edge [fontname="Helvetica", fontsize={10 if partial else 9}, arrowsize=0.7];',
     ]
     if ov is not None:
         out.append(f"  label={_dot_str(ov.caption)}; labelloc=t;")
+    elif region is not None:
+        out.append(f"  label={_dot_str(region)}; labelloc=t; fontsize=13;")
 
     def marker(parent: str | None, kind: str) -> str:
         return _dot_str(f"{ids[parent] if parent else 'root'}#{kind}")
 
     def anchor(path: str) -> str:  # the node an edge to or from a cluster attaches to
-        return marker(path, "start") if chart.states[path].children else _dot_str(ids[path])
+        return marker(path, "start") if chart.states[path].children and not collapsed(path) else _dot_str(ids[path])
 
     def inside(path: str, container: str) -> bool:
         return path in chart.states and container in chart.ancestors(path)
@@ -367,16 +410,24 @@ def to_dot(chart: Chart, trace: TraceSummary | None = None) -> str:
     def label(path: str, suffix: str = "") -> str:
         """An HTML-like label: the name (and count), its actions in small grey type, then ``suffix``."""
         parts = [_html(_short(path) + (_times(ov.visits[path]) if ov else ""))]
-        actions = _action_lines(chart.states[path])
+        actions = _action_lines(chart.states[path], _PART_ACTIONS_WIDTH if partial else _ACTIONS_WIDTH)
         if actions:
-            parts.append(f"<font {_ACTIONS_FONT}>{'<br/>'.join(_html(line) for line in actions)}</font>")
+            font = _PART_ACTIONS_FONT if partial else _ACTIONS_FONT
+            parts.append(f"<font {font}>{'<br/>'.join(_html(line) for line in actions)}</font>")
         if suffix:
             parts.append(_html(suffix.lstrip("\n")))
         return "<" + "<br/>".join(parts) + ">"
 
     def node(path: str, pad: str) -> str:
         suffix, cls = _note(ov, path)
+        if collapsed(path):  # a box for a whole compound state: what happened inside shows on it
+            inner = [p for p in chart.states if path in list(chart.ancestors(p))[1:]]
+            notes = [_note(ov, p) for p in inner if _note(ov, p)[1] not in (None, "visited")]
+            suffix, cls = notes[0] if notes else ("", "visited" if ov is not None and ov.visits[path] else None)
+            suffix = f"\n[{len(inner)} states inside]" + suffix
         attrs_ = [f"label={label(path, suffix)}"]
+        if collapsed(path):
+            attrs_.append("peripheries=2")
         if cls == "failure":
             attrs_ += [f'style="rounded,filled,bold", fillcolor="{_FAILED[0]}", color="{_FAILED[1]}"']
             attrs_.append('fontcolor="#8e0000"')
@@ -400,7 +451,7 @@ def to_dot(chart: Chart, trace: TraceSummary | None = None) -> str:
                 "fillcolor=black];"
             )
         for path in children:
-            if not chart.states[path].children:
+            if not chart.states[path].children or collapsed(path):
                 out.append(node(path, pad))
                 continue
             n = ov.visits[path] if ov else 0
@@ -417,33 +468,66 @@ def to_dot(chart: Chart, trace: TraceSummary | None = None) -> str:
 
     def edge(tail: str, head: str, tail_node: str, head_node: str, extra: list[str]) -> str:
         attrs_ = list(extra)
-        if tail in chart.states and chart.states[tail].children and not inside(head, tail):
+        if tail in chart.states and chart.states[tail].children and not collapsed(tail) and not inside(head, tail):
             attrs_.append(f"ltail={_dot_str('cluster_' + ids[tail])}")
-        if head in chart.states and chart.states[head].children and not inside(tail, head):
+        if head in chart.states and chart.states[head].children and not collapsed(head) and not inside(tail, head):
             attrs_.append(f"lhead={_dot_str('cluster_' + ids[head])}")
         return f"  {tail_node} -> {head_node}" + (f" [{', '.join(attrs_)}];" if attrs_ else ";")
 
-    scope(None, 1)
-    for parent in [None, *(p for p, s in chart.states.items() if s.children)]:
+    def edge_style(text: str, color: str | None) -> list[str]:
+        extra = [f"label={_dot_str(' ' + text)}"]
+        if color is not None:
+            extra.append(f'penwidth=2.2, color="{color}", fontcolor="{color}"')
+        elif ov is not None:
+            extra.append(f'color="{_IDLE_EDGE}", fontcolor="{_IDLE_EDGE}"')
+        return extra
+
+    def stub(target: str) -> str:
+        """A dashed box for a state outside the drawn part (declared once)."""
+        name = _dot_str(f"outside#{target}")
+        if name not in stubs:
+            stubs.add(name)
+            out.append(f'  {name} [label={_dot_str("→ " + target)}, style="rounded,dashed", color=gray50];')
+        return name
+
+    stubs: set[str] = set()
+    scope(region, 1)
+    drawn: list[str | None] = [region]
+    drawn += [p for p, st in chart.states.items() if st.children and shown(p) == p and not collapsed(p) and p != region]
+    for parent in drawn:
         first = _initial(chart, parent)
         out.append(edge("", first, marker(parent, "start"), anchor(first), []))
         for path in _children(chart, parent):
             if chart.states[path].final:
                 out.append(edge(path, "", anchor(path), marker(parent, "end"), []))
+    # in a partial drawing, the transitions between one pair of boxes are one edge listing them all
+    merged: dict[tuple[str, str], tuple[list[str], str | None]] = {}
     for e in _declared(chart):
-        n = ov.edges[e.key] if ov else 0
+        tail, head = shown(e.state), shown(e.target)
+        if tail is None or (partial and tail == head and collapsed(tail)):
+            continue  # starts outside the drawn part, or inside one collapsed box
         text = ov.edge_label(e, sep="\n") if ov else e.label(sep="\n")
-        extra = [f"label={_dot_str(' ' + text)}"]
-        if ov is not None and n:
+        color = None
+        if ov is not None and ov.edges[e.key]:
             color = _VISITED[1]
             if e.trigger in _FAILURE_TRIGGERS:
                 color = _FAILED[1]
             elif e.trigger in _INTERRUPT_EDGE_TRIGGERS:
                 color = _INTERRUPTED[1]
-            extra.append(f'penwidth=2.2, color="{color}", fontcolor="{color}"')
-        elif ov is not None:
-            extra.append(f'color="{_IDLE_EDGE}", fontcolor="{_IDLE_EDGE}"')
-        out.append(edge(e.state, e.target, anchor(e.state), anchor(e.target), extra))
+        if not partial:
+            out.append(edge(e.state, e.target, anchor(e.state), anchor(e.target), edge_style(text, color)))
+            continue
+        key = (tail, head if head is not None else "outside#" + e.target)
+        texts, was = merged.get(key, ([], None))
+        if text not in texts:
+            texts.append(text)
+        merged[key] = (texts, was if was not in (None, _VISITED[1]) else color or was)
+    for (tail, head), (texts, color) in merged.items():
+        extra = edge_style("\n".join(texts), color)
+        if head.startswith("outside#"):
+            out.append(edge(tail, "", anchor(tail), stub(head.removeprefix("outside#")), extra))
+        else:
+            out.append(edge(tail, head, anchor(tail), anchor(head), extra))
     out.append("}")
     return "\n".join(out) + "\n"
 
@@ -481,14 +565,21 @@ def _stamp(svg: bytes, dot: str) -> bytes:
     return head + sep + comment + rest if sep else comment + svg
 
 
-def render(chart: Chart, fmt: str, trace: TraceSummary | None = None) -> str | bytes:
-    """The chart in ``fmt``: ``mermaid`` / ``dot`` text, or ``svg`` / ``png`` bytes (needs Graphviz)."""
+def render(
+    chart: Chart, fmt: str, trace: TraceSummary | None = None, region: str | None = None, depth: int | None = None
+) -> str | bytes:
+    """The chart in ``fmt``: ``mermaid`` / ``dot`` text, or ``svg`` / ``png`` bytes (needs Graphviz).
+
+    ``region`` and ``depth`` draw a part of the chart (see :func:`to_dot`; Graphviz formats only).
+    """
     if fmt == "mermaid":
+        if region is not None or depth is not None:
+            raise ValueError("a region or depth is drawn by Graphviz only: use --format dot, svg or png")
         return to_mermaid(chart, trace)
     if fmt == "dot":
-        return to_dot(chart, trace)
+        return to_dot(chart, trace, region, depth)
     if fmt in ("svg", "png"):
-        dot = to_dot(chart, trace)
+        dot = to_dot(chart, trace, region, depth)
         out = _graphviz(dot, fmt)
         return _stamp(out, dot) if fmt == "svg" else out
     raise ValueError(f"unknown chart format {fmt!r}; use one of: {', '.join(FORMATS)}")

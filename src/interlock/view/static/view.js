@@ -14,10 +14,12 @@
   const fmt = (v) => typeof v === "number" ? (Number.isInteger(v) ? String(v) : v.toPrecision(4)) : String(v);
 
   // -- the chart, pan and zoom -------------------------------------------------------
-  async function loadChart() {
-    info = await (await fetch("/api/chart.json")).json();
-    const res = await fetch("/api/chart.svg");
-    if (!res.ok) { $("chart").innerHTML = `<p class="muted">${esc(await res.text())}</p>`; return; }
+  async function loadChart(id) {
+    const q = `?run=${encodeURIComponent(id)}`;
+    info = await (await fetch(`/api/chart.json${q}`)).json();
+    nodes = {};
+    const res = await fetch(`/api/chart.svg${q}`);
+    if (!res.ok) { svg = view = null; $("chart").innerHTML = `<p class="muted">${esc(await res.text())}</p>`; return; }
     const doc = new DOMParser().parseFromString(await res.text(), "image/svg+xml");
     svg = document.importNode(doc.documentElement, true);
     svg.removeAttribute("width"); svg.removeAttribute("height");
@@ -30,7 +32,6 @@
     const vb = svg.viewBox.baseVal;
     full = { x: vb.x, y: vb.y, w: vb.width, h: vb.height };
     view = { ...full };
-    panZoom();
   }
 
   function setView(v) { view = v; svg.setAttribute("viewBox", `${v.x} ${v.y} ${v.w} ${v.h}`); }
@@ -41,6 +42,7 @@
     setView({ x: cx - (cx - view.x) * k, y: cy - (cy - view.y) * k, w, h: view.h * k });
   }
   function toChart(ev) {
+    if (!svg) return { x: 0, y: 0 };
     const p = svg.createSVGPoint(); p.x = ev.clientX; p.y = ev.clientY;
     return p.matrixTransform(svg.getScreenCTM().inverse());
   }
@@ -59,7 +61,7 @@
     let drag = null;
     box.addEventListener("pointerdown", (ev) => { drag = { p: toChart(ev), v: { ...view } }; box.setPointerCapture(ev.pointerId); });
     box.addEventListener("pointermove", (ev) => {
-      if (!drag) return;
+      if (!drag || !view) return;
       const p = toChart(ev);
       setView({ ...view, x: view.x - (p.x - drag.p.x), y: view.y - (p.y - drag.p.y) });
     });
@@ -171,8 +173,9 @@
     if (data.checkpoints) { run.checkpoints = data.checkpoints; checkpoints(); }
     setScrub(); draw();
   }
-  function open(id) {
-    if (run.source) run.source.close();
+  async function open(id) {
+    if (run.source) { run.source.close(); run.source = null; }
+    await loadChart(id);  // the chart this run ran (a custom one when it was trained with one)
     Object.assign(run, { id, events: [], metrics: [], checkpoints: [] });
     $("plots").innerHTML = '<p class="muted">no metrics.csv yet</p>';
     const url = new URL(location.href); url.searchParams.set("run", id); history.replaceState(null, "", url);
@@ -191,7 +194,7 @@
     $("scrub").addEventListener("input", () => { $("follow").checked = pos() === run.events.length; draw(); });
     $("follow").addEventListener("change", () => { setScrub(); draw(); });
     $("xaxis").addEventListener("change", plots);
-    await loadChart();
+    panZoom();
     const listing = await (await fetch("/api/runs")).json();
     const sel = $("runs");
     sel.innerHTML = listing.runs.map((r) => `<option value="${esc(r)}">${esc(r === "." ? listing.root : r)}</option>`).join("");
