@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint imports typecheck pytest docs charts bench clean venv
+.PHONY: demo test lint imports typecheck pytest docs charts parity-table bench clean venv
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -42,6 +42,10 @@ charts: $(STAMP)
 	$(BIN)/python -m interlock.cli.main chart --format mermaid -o statecharts/trainer.mmd
 	$(BIN)/python -m interlock.cli.main chart --format svg -o statecharts/trainer.svg
 	cp statecharts/trainer.svg docs/assets/trainer.svg
+
+# docs/porting.md's "What still differs" table, from the parity matrix (tests/parity/matrix.py)
+parity-table: $(STAMP)
+	$(BIN)/python tools/parity_table.py
 
 bench: $(STAMP)
 	$(BIN)/pip install -q -c <(echo torch==2.13.0) -e '.[bench]' || echo "Lightning/Ignite not installed: bench compares interlock with the plain loop only"
