@@ -55,6 +55,12 @@ CASES: list[Case] = [
     Case("epochs-2-no-val", E2, data=NO_VAL),
     Case("epochs-2-shuffle", E2, data=SHUFFLED),
     Case("epochs-2-shuffle-dropout", E2, module=ModuleSpec(dropout=0.5), data=SHUFFLED, known_issue=SANITY_RNG),
+    Case(
+        "epochs-2-shuffle-dropout-no-sanity",
+        {**E2, "num_sanity_val_steps": 0},
+        module=ModuleSpec(dropout=0.5),
+        data=SHUFFLED,
+    ),
     Case("epochs-2-uneven-batches", E2, data=DataSpec(n_train=60, n_val=30)),
     Case("max-steps-5", {"max_steps": 5}),
     Case("max-steps-3-in-epoch-1", {"max_epochs": 1, "max_steps": 3}),
@@ -184,12 +190,12 @@ CASES: list[Case] = [
     Case(
         "es-val-loss-patience-0",
         {"max_epochs": 6},
-        early_stopping={"monitor": "val_loss", "patience": 0, "min_delta": 0.05},
+        early_stopping={"monitor": "val_loss", "patience": 0, "min_delta": 0.15},
     ),
     Case(
         "es-val-loss-patience-1",
         {"max_epochs": 6},
-        early_stopping={"monitor": "val_loss", "patience": 1, "min_delta": 0.05},
+        early_stopping={"monitor": "val_loss", "patience": 1, "min_delta": 0.1},
     ),
     Case(
         "es-val-loss-patience-2-lr-high",
@@ -207,19 +213,19 @@ CASES: list[Case] = [
     Case(
         "es-with-ckpt",
         {"max_epochs": 6},
-        early_stopping={"monitor": "val_loss", "patience": 0, "min_delta": 0.05},
+        early_stopping={"monitor": "val_loss", "patience": 0, "min_delta": 0.15},
         checkpoint={"monitor": "val_loss"},
     ),
     Case(
         "es-train-loss",
         {"max_epochs": 6},
-        early_stopping={"monitor": "train_loss", "patience": 0, "min_delta": 0.05},
+        early_stopping={"monitor": "train_loss", "patience": 0, "min_delta": 0.15},
         known_issue="EarlyStopping on a training metric raises KeyError at the first validation (item 1, fid-cb)",
     ),
     Case(
         "es-train-loss-no-val",
         {"max_epochs": 6},
-        early_stopping={"monitor": "train_loss", "patience": 0, "min_delta": 0.05},
+        early_stopping={"monitor": "train_loss", "patience": 0, "min_delta": 0.15},
         data=NO_VAL,
         known_issue="EarlyStopping on a training metric never checks without validation data (item 1, fid-cb)",
     ),
@@ -279,7 +285,7 @@ CASES: list[Case] = [
         "log-on-epoch-es",
         {"max_epochs": 6},
         module=ModuleSpec(style="log_epoch"),
-        early_stopping={"monitor": "train_loss_epoch", "patience": 0, "min_delta": 0.05},
+        early_stopping={"monitor": "train_loss_epoch", "patience": 0, "min_delta": 0.15},
         requires=("self_log",),
     ),
     Case(
@@ -353,13 +359,13 @@ CASES: list[Case] = [
     Case(
         "min-epochs-es",
         {"max_epochs": 6, "min_epochs": 4},
-        early_stopping={"monitor": "val_loss", "patience": 0, "min_delta": 0.05},
+        early_stopping={"monitor": "val_loss", "patience": 0, "min_delta": 0.15},
         requires=("trainer_flags",),
     ),
     Case(
         "min-steps-es",
         {"max_epochs": 6, "min_steps": 10},
-        early_stopping={"monitor": "val_loss", "patience": 0, "min_delta": 0.05},
+        early_stopping={"monitor": "val_loss", "patience": 0, "min_delta": 0.15},
         requires=("trainer_flags",),
     ),
     Case("overfit-batches-2", {**E2, "overfit_batches": 2}, requires=("trainer_flags",)),
@@ -392,7 +398,7 @@ CASES: list[Case] = [
     Case(
         "es-check-on-train-epoch-end",
         {"max_epochs": 6},
-        early_stopping={"monitor": "val_loss", "patience": 0, "min_delta": 0.05, "check_on_train_epoch_end": True},
+        early_stopping={"monitor": "val_loss", "patience": 0, "min_delta": 0.15, "check_on_train_epoch_end": True},
         requires=("early_stopping_args",),
     ),
     Case(

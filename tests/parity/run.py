@@ -128,7 +128,9 @@ def _lightning(
             else:
                 run = getattr(t, call)
                 loader = data["val"] if call == "validate" else data["test"]
-                result = run(model, datamodule=dm) if dm else run(model, dataloaders=loader)
+                result = (
+                    run(model, datamodule=dm, verbose=False) if dm else run(model, dataloaders=loader, verbose=False)
+                )
                 setattr(out, call, _results(result))
     except Exception as exc:
         out.error = f"{type(exc).__name__}: {exc}"
