@@ -21,8 +21,9 @@ SANITY_RNG = (
     "the sanity check consumes the global RNG, so dropout draws and shuffled order depend on it (item 9, fid-ckpt)"
 )
 ZERO_FRACTION = (
-    "a limit_train_batches fraction that rounds to 0 batches trains nothing; Lightning 2.6.6 raises "
-    "MisconfigurationException (found by this suite; docs/porting.md says Lightning trains nothing)"
+    "a positive limit_*_batches fraction that rounds to 0 batches runs none; Lightning 2.6.6 raises "
+    "MisconfigurationException naming the smallest fraction (found by this suite; docs/porting.md says "
+    "Lightning trains nothing)"
 )
 GENERATOR_RESUME = (
     "a DataLoader with its own torch.Generator (shuffle=True, generator=g) does not resume exactly: "
@@ -72,6 +73,7 @@ CASES: list[Case] = [
     Case("limit-train-0.5", {**E2, "limit_train_batches": 0.5}),
     Case("limit-train-0", {**E2, "limit_train_batches": 0}),
     Case("limit-train-0.1", {**E2, "limit_train_batches": 0.1}, known_issue=ZERO_FRACTION),
+    Case("limit-val-0.1", {**E2, "limit_val_batches": 0.1}, known_issue=ZERO_FRACTION),
     Case("limit-val-1", {**E2, "limit_val_batches": 1}),
     Case("limit-val-0.5", {**E2, "limit_val_batches": 0.5}),
     Case("limit-val-0", {**E2, "limit_val_batches": 0}),
