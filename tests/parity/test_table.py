@@ -36,3 +36,22 @@ def test_a_declared_difference_needs_its_fields() -> None:
         Case("x", expected_difference="why")
     with pytest.raises(ValueError, match="go together"):
         Case("x", differs=("weights",))
+
+
+def test_compare_finds_each_kind_of_difference() -> None:
+    """compare() names a one-bit weight change, a metric beyond tolerance and a raise on one side only."""
+    import torch
+
+    from parity.outcome import Outcome, compare
+
+    w = {"w": torch.tensor([1.0, 2.0])}
+    base = Outcome(weights=w, metrics={"val_loss": 0.5}, calls={"training_step": 4})
+    assert (
+        compare(base, Outcome(weights={"w": w["w"].clone()}, metrics={"val_loss": 0.5 + 1e-9}, calls=base.calls)) == {}
+    )
+    bumped = {"w": torch.nextafter(w["w"], torch.tensor(3.0))}
+    diff = compare(base, Outcome(weights=bumped, metrics={"val_loss": 0.51}, calls=base.calls))
+    assert sorted(diff) == ["metrics", "weights"]
+    raised = Outcome(error="ValueError: bad", calls={})
+    assert sorted(compare(base, raised)) == ["calls", "error"]
+    assert compare(base, Outcome(weights=bumped, metrics={}, calls=base.calls), frozenset({"weights", "metrics"})) == {}
