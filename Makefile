@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint imports typecheck pytest docs charts chart-parts bench clean venv
+.PHONY: demo test lint imports typecheck pytest docs charts chart-parts parity-table bench clean venv
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -54,6 +54,10 @@ chart-parts: $(STAMP)
 	$(CHART) --region fit.train.batch -o docs/assets/trainer-fit.train.batch.svg
 	$(CHART) --region fit.train.val -o docs/assets/trainer-fit.train.val.svg
 	$(CHART) --region validate -o docs/assets/trainer-validate.svg
+
+# docs/porting.md's "What still differs" table, from the parity matrix (tests/parity/matrix.py)
+parity-table: $(STAMP)
+	$(BIN)/python tools/parity_table.py
 
 bench: $(STAMP)
 	$(BIN)/pip install -q -c <(echo torch==2.13.0) -e '.[bench]' || echo "Lightning/Ignite not installed: bench compares interlock with the plain loop only"
