@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import interlock
+from conftest import only
 
 pl = __import__("pytest").importorskip("pytorch_lightning")
 logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
@@ -103,5 +104,5 @@ def lightning_trainer(root: Path, **kwargs: Any) -> Any:
 
 
 def interlock_trainer(root: Path, **kwargs: Any) -> interlock.Trainer:
-    kwargs.setdefault("listeners", [])
-    return interlock.Trainer(accelerator="cpu", default_root_dir=root, **kwargs)
+    flags = {**only(*kwargs.pop("listeners", [])), **kwargs}  # exactly the listeners given, no defaults
+    return interlock.Trainer(accelerator="cpu", default_root_dir=root, **flags)

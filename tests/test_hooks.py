@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import interlock
-from conftest import TinyModule, loader
+from conftest import TinyModule, loader, only
 from interlock.loops.hooks import HOOKS
 
 #: The hooks of a fit of 2 training batches, 1 sanity batch and 2 validation batches (Lightning 2.6.6's order).
@@ -64,7 +64,7 @@ def _fit(base: type, root: Path) -> list[str]:
     cls, calls = recorder(base)
     torch.manual_seed(0)
     module = cls()
-    interlock.Trainer(max_epochs=1, listeners=[], num_sanity_val_steps=1, default_root_dir=root).fit(
+    interlock.Trainer(max_epochs=1, **only(), num_sanity_val_steps=1, default_root_dir=root).fit(
         module, loader(8, 4), loader(8, 4)
     )
     return calls
@@ -92,7 +92,7 @@ def test_test_and_predict_call_their_loop_hooks(tmp_path: Path) -> None:
     """test and predict call on_test_* / on_predict_* around their batches."""
     cls, calls = recorder(interlock.Module)
     torch.manual_seed(0)
-    trainer = interlock.Trainer(listeners=[], default_root_dir=tmp_path)
+    trainer = interlock.Trainer(**only(), default_root_dir=tmp_path)
     trainer.test(cls(), loader(4, 4))
     loop = ["start", "epoch_start", "batch_start", "batch_end", "epoch_end", "end"]
     assert calls == ["setup(test)", *(f"on_test_{w}" for w in loop), "teardown(test)"]
@@ -105,7 +105,7 @@ def test_accumulation_calls_on_before_zero_grad_once_a_window(tmp_path: Path) ->
     """With accumulate_grad_batches=2 the zero-grad and optimizer-step hooks run once per two batches."""
     cls, calls = recorder(interlock.Module)
     torch.manual_seed(0)
-    trainer = interlock.Trainer(max_epochs=1, accumulate_grad_batches=2, listeners=[], default_root_dir=tmp_path)
+    trainer = interlock.Trainer(max_epochs=1, accumulate_grad_batches=2, **only(), default_root_dir=tmp_path)
     trainer.fit(cls(), loader(16, 4))
     assert calls.count("on_train_batch_start") == 4
     assert calls.count("on_before_zero_grad") == calls.count("on_before_optimizer_step") == 2
@@ -123,7 +123,7 @@ def test_hooks_see_counters_and_may_return_updates(tmp_path: Path) -> None:
             return interlock.Stop("enough") if self.current_epoch == 1 else None
 
     torch.manual_seed(0)
-    trainer = interlock.Trainer(max_epochs=5, listeners=[], default_root_dir=tmp_path)
+    trainer = interlock.Trainer(max_epochs=5, **only(), default_root_dir=tmp_path)
     trainer.fit(Stopper(), loader(8, 4))
     assert seen == [(0, 1), (0, 2), (1, 3), (1, 4)]
     assert trainer.state.stop_reason == "enough"
@@ -138,7 +138,7 @@ def test_misnamed_hook_warns_with_the_nearest_real_one(tmp_path: Path) -> None:
         def on_train_epoch_ends(self) -> None: ...
 
     torch.manual_seed(0)
-    trainer = interlock.Trainer(max_epochs=1, listeners=[], default_root_dir=tmp_path)
+    trainer = interlock.Trainer(max_epochs=1, **only(), default_root_dir=tmp_path)
     with pytest.warns(UserWarning) as record:
         trainer.fit(Typo(), loader(8, 4))
     text = " ".join(str(w.message) for w in record)

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import interlock
-from conftest import loader
+from conftest import loader, only
 from interlock.cli.main import main
 from interlock.listeners import ModelCheckpoint
 
@@ -93,7 +93,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Net, interl
     torch.manual_seed(0)
     module = Net(hidden=5, lr=0.2)
     trainer = interlock.Trainer(
-        max_epochs=2, accelerator="cpu", default_root_dir=root, listeners=[ModelCheckpoint(save_last=True)]
+        max_epochs=2, accelerator="cpu", default_root_dir=root, **only(ModelCheckpoint(save_last=True))
     )
     trainer.fit(module, loader())
     return next(root.rglob("last.ckpt")), module, trainer
@@ -198,7 +198,7 @@ def test_convert_writes_a_plain_weights_file(
 
 def test_fit_with_a_lightning_checkpoint_says_what_to_use(lightning_ckpts: Path, tmp_path: Path) -> None:
     """ckpt_path=<Lightning .ckpt> is refused with the weights-only way to use it."""
-    trainer = interlock.Trainer(max_epochs=1, accelerator="cpu", default_root_dir=tmp_path, listeners=[])
+    trainer = interlock.Trainer(max_epochs=1, accelerator="cpu", default_root_dir=tmp_path, **only())
     with pytest.raises(interlock.CheckpointError, match=r"PyTorch Lightning checkpoint.*load_lightning_weights"):
         trainer.fit(Net(hidden=6), loader(), ckpt_path=lightning_ckpts / "plain.ckpt")
 
@@ -211,7 +211,7 @@ def test_lightning_weights_load_without_running_code(lightning_ckpts: Path, name
         assert interlock.load_lightning_weights(module, lightning_ckpts / f"{name}.ckpt") is module
     expected = torch.load(lightning_ckpts / f"{name}.weights.pt", weights_only=True)
     assert _equal(module.state_dict(), expected)
-    trainer = interlock.Trainer(max_steps=2, accelerator="cpu", default_root_dir=tmp_path, listeners=[])
+    trainer = interlock.Trainer(max_steps=2, accelerator="cpu", default_root_dir=tmp_path, **only())
     trainer.fit(module, loader())
     assert trainer.state.global_step == 2
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import interlock
-from conftest import TinyModule, loader
+from conftest import TinyModule, loader, only
 from interlock import SaveCheckpoint
 from interlock.examples.gan import GAN, ring_data
 
@@ -17,7 +17,7 @@ from interlock.examples.gan import GAN, ring_data
 def _fit(root: Path, save_at: str | None = None, ckpt: Path | None = None, **kw: Any) -> tuple[Any, GAN]:
     torch.manual_seed(0)
     module = GAN()
-    trainer = interlock.Trainer(max_epochs=2, seed=3, listeners=[], default_root_dir=root, **kw)
+    trainer = interlock.Trainer(max_epochs=2, seed=3, **only(), default_root_dir=root, **kw)
     if save_at is not None:
         trainer.on(save_at, lambda e, s: SaveCheckpoint(str(root / "x.ckpt")), once=5)
 
@@ -86,7 +86,7 @@ def test_single_manual_optimizer_and_scheduler_are_returned_bare(tmp_path: Path)
             return loss
 
     torch.manual_seed(0)
-    trainer = interlock.Trainer(max_epochs=2, listeners=[], default_root_dir=tmp_path)
+    trainer = interlock.Trainer(max_epochs=2, **only(), default_root_dir=tmp_path)
     trainer.fit(Manual(scheduler=True), loader(8, 4))
     assert seen[0][:2] == ("ManualOptimizer", "StepLR")
     assert {lr for *_, lr in seen} == {0.1}  # epoch schedulers are the module's to step under manual optimization

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 import interlock
-from conftest import TinyModule, loader, make_data
+from conftest import TinyModule, loader, make_data, only
 from interlock import SaveCheckpoint
 from interlock.core.logging import AddLogged, epoch_values, take
 from interlock.core.module import Module
@@ -41,7 +41,7 @@ class Logging(TinyModule):
 
 
 def _fit(root: Path, module: Module, **kw: Any) -> interlock.Trainer:
-    trainer = interlock.Trainer(max_epochs=2, listeners=[], num_sanity_val_steps=0, default_root_dir=root, **kw)
+    trainer = interlock.Trainer(max_epochs=2, **only(), num_sanity_val_steps=0, default_root_dir=root, **kw)
     trainer.fit(module, loader(10, 4), loader(10, 4))
     return trainer
 
@@ -99,7 +99,7 @@ def test_both_on_step_and_on_epoch_name_step_and_epoch_metrics(tmp_path: Path) -
     """Logging with on_step and on_epoch gives <name>_step each step and <name>_epoch at the epoch end."""
     seen: list[set[str]] = []
     torch.manual_seed(0)
-    trainer = interlock.Trainer(max_epochs=1, listeners=[], num_sanity_val_steps=0, default_root_dir=tmp_path)
+    trainer = interlock.Trainer(max_epochs=1, **only(), num_sanity_val_steps=0, default_root_dir=tmp_path)
     trainer.on("fit.train.batch.end", lambda e, s: seen.append(set(s.metrics)))
     trainer.fit(Logging(), loader(10, 4), loader(10, 4))
     assert "loss_step" in seen[0] and "loss_epoch" not in seen[0]
@@ -112,7 +112,7 @@ def test_logged_metric_can_be_monitored_by_model_checkpoint(tmp_path: Path) -> N
 
     torch.manual_seed(0)
     ckpt = ModelCheckpoint(monitor="vloss", save_top_k=1)
-    trainer = interlock.Trainer(max_epochs=2, listeners=[ckpt], num_sanity_val_steps=0, default_root_dir=tmp_path)
+    trainer = interlock.Trainer(max_epochs=2, **only(ckpt), num_sanity_val_steps=0, default_root_dir=tmp_path)
     trainer.fit(Logging(), loader(10, 4), loader(10, 4))
     assert list(Path(trainer.state.run_dir).rglob("*.ckpt"))
     assert trainer.state.best_metrics["vloss"] == min(r["vloss"] for r in _rows(trainer, "val"))
@@ -121,7 +121,7 @@ def test_logged_metric_can_be_monitored_by_model_checkpoint(tmp_path: Path) -> N
 def _fit_resumable(root: Path, save_at: str | None = None, ckpt: Path | None = None) -> tuple[Any, Any]:
     torch.manual_seed(0)
     module = Logging()
-    trainer = interlock.Trainer(max_epochs=2, num_sanity_val_steps=0, seed=1, listeners=[], default_root_dir=root)
+    trainer = interlock.Trainer(max_epochs=2, num_sanity_val_steps=0, seed=1, **only(), default_root_dir=root)
     if save_at is not None:
         trainer.on(save_at, lambda e: SaveCheckpoint(str(root / "x.ckpt")), once=3)
 
@@ -255,7 +255,7 @@ def test_epoch_mean_matches_lightning(tmp_path: Path) -> None:
     ours = body(interlock.Module)()
     theirs = body(pl.LightningModule)()
     theirs.load_state_dict(ours.state_dict())
-    trainer = interlock.Trainer(max_epochs=1, listeners=[], num_sanity_val_steps=0, default_root_dir=tmp_path / "i")
+    trainer = interlock.Trainer(max_epochs=1, **only(), num_sanity_val_steps=0, default_root_dir=tmp_path / "i")
     trainer.fit(ours, loader(10, 4), loader(10, 4))
     lt = pl.Trainer(
         max_epochs=1, default_root_dir=tmp_path / "l", logger=False, enable_checkpointing=False,
