@@ -52,7 +52,8 @@ chart-parts: $(STAMP)
 	$(CHART) --region fit.sanity -o docs/assets/trainer-fit.sanity.svg
 	$(CHART) --region fit.train --depth 1 -o docs/assets/trainer-fit.train.svg
 	$(CHART) --region fit.train.batch -o docs/assets/trainer-fit.train.batch.svg
-	$(CHART) --region fit.train.val -o docs/assets/trainer-fit.train.val.svg
+	$(CHART) --region fit.train.val --depth 1 -o docs/assets/trainer-fit.train.val.svg
+	$(CHART) --region fit.train.val.batch -o docs/assets/trainer-fit.train.val.batch.svg
 	$(CHART) --region validate -o docs/assets/trainer-validate.svg
 
 # docs/porting.md's "What still differs" table, from the parity matrix (tests/parity/matrix.py)

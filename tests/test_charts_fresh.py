@@ -50,7 +50,8 @@ PARTS = {
     "trainer-fit.sanity.svg": ("fit.sanity", None),
     "trainer-fit.train.svg": ("fit.train", 1),
     "trainer-fit.train.batch.svg": ("fit.train.batch", None),
-    "trainer-fit.train.val.svg": ("fit.train.val", None),
+    "trainer-fit.train.val.svg": ("fit.train.val", 1),
+    "trainer-fit.train.val.batch.svg": ("fit.train.val.batch", None),
     "trainer-validate.svg": ("validate", None),
 }
 

@@ -353,8 +353,20 @@ def test_fit_without_val_data_needs_no_validation_step(trainer_factory: Any) -> 
         trainer.fit(TrainOnly(), loader(), loader())
 
 
+@pytest.mark.parametrize("loop", ["train", "val"])
+def test_a_fraction_rounding_to_no_batch_is_an_error_naming_the_smallest(trainer_factory: Any, loop: str) -> None:
+    """limit_*_batches=0.1 of 4 batches rounds to 0: an error at set-up naming 0.25 (Lightning raises too)."""
+    module = TinyModule()
+    before = copy.deepcopy(module.state_dict())
+    trainer = trainer_factory(max_epochs=1, **{f"limit_{loop}_batches": 0.1})
+    with pytest.raises(ValueError, match=rf"limit_{loop}_batches\)=0.1 of a loader of 4 batches.*at least .*=0.25"):
+        trainer.fit(module, loader(64, 16), loader(64, 16))
+    assert all(torch.equal(a, b) for a, b in zip(before.values(), module.state_dict().values(), strict=True))
+    assert trainer.state.global_step == 0
+
+
 @pytest.mark.parametrize(
-    "flags", [{"max_epochs": 0}, {"max_steps": 0}, {"limit_train_batches": 0}, {"limit_train_batches": 0.01}]
+    "flags", [{"max_epochs": 0}, {"max_steps": 0}, {"limit_train_batches": 0}, {"limit_train_batches": 0.0}]
 )
 def test_a_fit_with_nothing_to_train_trains_nothing(trainer_factory: Any, flags: dict[str, Any]) -> None:
     """max_epochs=0, max_steps=0 or a batch limit of 0 skips training (Lightning's meaning), after the sanity check."""

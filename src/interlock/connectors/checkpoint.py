@@ -26,7 +26,13 @@ from typing import Any
 import attrs
 import torch
 
-from interlock.connectors.data import load_datamodule_state, reposition, with_datamodule_state
+from interlock.connectors.data import (
+    generator_state,
+    load_datamodule_state,
+    reposition,
+    set_generator_state,
+    with_datamodule_state,
+)
 from interlock.connectors.metrics import scalars
 from interlock.connectors.optim import Scheduler
 from interlock.connectors.resume_check import check_optimizers, check_precision, check_rng, check_schedulers
@@ -316,6 +322,9 @@ def _write(run: Run, path: str, weights_only: bool = False) -> None:
     if train is not None and train.last_outputs is not None:  # the epoch's train metrics, if resumed mid-way
         state = state.replace(data={**state.data, "last_train": scalars(train.last_outputs, "train")})
     state = with_datamodule_state(run, state)
+    own = train.data.generator if train is not None else None
+    if own is not None:  # the loader's own shuffling generator, as it is now (its next epoch draws from it)
+        state = state.replace(data={**state.data, "generator": generator_state(own)})
     strategy = run.hardware.strategy
     if strategy.sharded_checkpoint:
         _write_sharded(run, path, state, train.data.data_state() if train is not None else None)
@@ -456,6 +465,9 @@ def register(reg: Registry) -> None:
             load_datamodule_state(run, saved)
             now = run.state  # this process's rank and run directory, not the saving process's
             train = run.feeds.get("train")
+            own = train.data.generator if train is not None else None
+            if own is not None and isinstance(saved.data.get("generator"), str):
+                set_generator_state(own, saved.data["generator"])  # the epoch's order is drawn again from its start
             if train is not None:  # the data position is global samples: continue it on this world size
                 data, batch_idx = reposition(saved.data, saved.progress.batch_idx, now.world_size, train.data.loader)
                 saved = saved.replace(data=data, progress=attrs.evolve(saved.progress, batch_idx=batch_idx))

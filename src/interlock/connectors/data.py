@@ -33,12 +33,14 @@ __all__ = [
     "PositionSampler",
     "check_training_data",
     "feed_key",
+    "generator_state",
     "load_datamodule_state",
     "loader_count",
     "num_batches",
     "prepare_loader",
     "register",
     "reposition",
+    "set_generator_state",
     "split_loaders",
     "with_datamodule_state",
 ]
@@ -54,18 +56,30 @@ class PositionSampler(Sampler[int]):
     (padded) order, as ``DistributedSampler`` does.
     """
 
-    def __init__(self, size: int, shuffle: bool, num_replicas: int = 1, rank: int = 0) -> None:
+    def __init__(
+        self, size: int, shuffle: bool, num_replicas: int = 1, rank: int = 0, generator: torch.Generator | None = None
+    ) -> None:
         self.size, self.shuffle = size, shuffle
         self.num_replicas, self.rank = num_replicas, rank
         self.start = 0
         self.skip = 0  # global samples of the epoch's order already consumed (a resume on another world size)
         self.seed: int | None = None
+        #: the loader's own generator (``shuffle=True, generator=g``): the order comes from it, as in RandomSampler
+        self.generator = generator
+        #: ``generator``'s state when the epoch's order was drawn (hex), kept in the data position
+        self.epoch_state: str | None = None
 
     def __len__(self) -> int:
         return math.ceil(self.size / self.num_replicas)
 
     def order(self) -> list[int]:
-        if self.shuffle:
+        if self.shuffle and self.generator is not None:
+            if self.epoch_state is None:
+                self.epoch_state = generator_state(self.generator)
+            else:
+                set_generator_state(self.generator, self.epoch_state)
+            order = torch.randperm(self.size, generator=self.generator).tolist()
+        elif self.shuffle:
             if self.seed is None:
                 self.seed = int(torch.empty((), dtype=torch.int64).random_().item())
             g = torch.Generator()
@@ -83,7 +97,19 @@ class PositionSampler(Sampler[int]):
 
     def __iter__(self) -> Iterator[int]:
         order = self.order()
-        return iter(order[self.start :])
+        yield from order[self.start :]
+        if self.shuffle and self.generator is not None:
+            torch.randperm(self.size, generator=self.generator)  # RandomSampler draws once more when exhausted
+
+
+def generator_state(generator: torch.Generator) -> str:
+    """A generator's state as plain data (hex), for the data position of a checkpoint."""
+    return bytes(generator.get_state().numpy()).hex()
+
+
+def set_generator_state(generator: torch.Generator, state: str) -> None:
+    """Put back what :func:`generator_state` returned."""
+    generator.set_state(torch.frombuffer(bytearray.fromhex(state), dtype=torch.uint8).clone())
 
 
 def _rebuild(loader: DataLoader, sampler: Sampler[int]) -> DataLoader:
@@ -122,8 +148,6 @@ def prepare_loader(
         return loader
     if isinstance(sampler, RandomSampler) and (sampler.replacement or sampler._num_samples is not None):
         return loader
-    if sampler is not None and isinstance(sampler, RandomSampler) and sampler.generator is not None:
-        return loader
     if not isinstance(loader.dataset, Sized):
         return loader
     size = len(loader.dataset)
@@ -136,7 +160,8 @@ def prepare_loader(
             stacklevel=2,
         )
         shuffle = False
-    return _rebuild(loader, PositionSampler(size, shuffle, num_replicas, rank))
+    generator = sampler.generator if isinstance(sampler, RandomSampler) and shuffle else None
+    return _rebuild(loader, PositionSampler(size, shuffle, num_replicas, rank, generator))
 
 
 def _length(loader: Iterable[Any]) -> int | None:
@@ -147,8 +172,12 @@ def _length(loader: Iterable[Any]) -> int | None:
         return None
 
 
-def num_batches(loader: Iterable[Any], limit: int | float | None) -> int | None:
-    """How many batches a loop takes from ``loader`` (``None``: until exhausted)."""
+def num_batches(loader: Iterable[Any], limit: int | float | None, flag: str = "the batch limit") -> int | None:
+    """How many batches a loop takes from ``loader`` (``None``: until exhausted).
+
+    A positive fraction that rounds to 0 of a non-empty loader is an error naming ``flag`` and
+    the smallest fraction that takes one batch (Lightning's rule; ``0`` or ``0.0`` takes none).
+    """
     length = _length(loader)
     if limit is None:
         return length
@@ -160,7 +189,13 @@ def num_batches(loader: Iterable[Any], limit: int | float | None) -> int | None:
                 f"a fractional batch limit ({limit}) needs a loader with a length; "
                 "pass an int number of batches instead"
             )
-        return int(length * limit)
+        taken = int(length * limit)
+        if taken == 0 and limit > 0 and length > 0:
+            raise ValueError(
+                f"{flag}={limit} of a loader of {length} batches is {length * limit:.3g} batches, which rounds to 0: "
+                f"pass at least {flag}={1 / length:.4g} (one batch), or 0 to run none"
+            )
+        return taken
     return limit if length is None else min(limit, length)
 
 
@@ -184,7 +219,19 @@ class EpochData:
             if obj is not None and hasattr(obj, "set_epoch") and not isinstance(obj, PositionSampler):
                 obj.set_epoch(epoch)
 
-    def iterate(self, start: int = 0, seed: int | None = None, state: Any = None, skip: int = 0) -> Iterator[Any]:
+    @property
+    def generator_epoch(self) -> str | None:
+        """The loader's own generator's state when this epoch's order was drawn (``None``: no such generator)."""
+        return self.sampler.epoch_state if self.sampler is not None and self.sampler.generator is not None else None
+
+    @property
+    def generator(self) -> torch.Generator | None:
+        """The loader's own shuffling generator, if it has one."""
+        return self.sampler.generator if self.sampler is not None else None
+
+    def iterate(
+        self, start: int = 0, seed: int | None = None, state: Any = None, skip: int = 0, epoch_state: str | None = None
+    ) -> Iterator[Any]:
         """An iterator over the epoch that begins at batch ``start``.
 
         ``seed`` fixes the shuffle order (resume); ``None`` draws a fresh one. ``skip``
@@ -193,6 +240,7 @@ class EpochData:
         """
         if self.sampler is not None:
             self.sampler.seed = seed
+            self.sampler.epoch_state = epoch_state
             self.sampler.skip = skip
             self.sampler.start = 0 if skip else start * (self.loader.batch_size or 1)  # type: ignore[attr-defined]
             return iter(self.loader)
@@ -236,9 +284,11 @@ class Feed:
         self.exhausted = False
         self.last_outputs: Any = None
 
-    def prepare(self, world_size: int, rank: int, limit: int | float | None, unshuffle: str | None = None) -> None:
+    def prepare(
+        self, world_size: int, rank: int, limit: int | float | None, unshuffle: str | None = None, flag: str = "limit"
+    ) -> None:
         self.data = EpochData(prepare_loader(self.loader, world_size, rank, unshuffle))
-        self.limit = num_batches(self.data.loader, limit)
+        self.limit = num_batches(self.data.loader, limit, flag)
 
 
 def feed_key(key: str, index: int) -> str:
@@ -456,10 +506,12 @@ def register(reg: Registry) -> None:
         def act() -> None:
             dist, cfg = run.dist, run.config
             for key, feed in run.feeds.items():
-                limit = cfg.limit(key.split("#")[0])
+                loop = key.split("#")[0]
+                limit = cfg.limit(loop)
                 overfit = cfg.overfit_batches > 0 and run.stage == "fit" and key in ("train", "val")
                 unshuffle = {"train": "training", "val": "validation"}.get(key) if overfit else None
-                feed.prepare(dist.world_size if dist else 1, dist.rank if dist else 0, limit, unshuffle)
+                flag = f"Trainer(limit_{loop}_batches)"
+                feed.prepare(dist.world_size if dist else 1, dist.rank if dist else 0, limit, unshuffle, flag)
             train = run.feeds.get("train")
             if run.stage == "fit" and train is not None:
                 check_training_data(train, cfg)
@@ -496,9 +548,13 @@ def register(reg: Registry) -> None:
                 feed.it = iter(())  # nothing left to read: leave the loader's own state alone
             else:
                 feed.it = feed.data.iterate(
-                    counters.batch_idx, data.get("seed"), data.get("dataset"), data.get("skip", 0)
+                    counters.batch_idx,
+                    data.get("seed"),
+                    data.get("dataset"),
+                    data.get("skip", 0),
+                    data.get("generator_epoch"),
                 )
-            drop = ("dataset", "last_train", "datamodule", "skip")
+            drop = ("dataset", "last_train", "datamodule", "skip", "generator")
             return SetDataPosition({k: v for k, v in data.items() if k not in drop}, replace=True)
 
         return act
@@ -532,9 +588,16 @@ def register(reg: Registry) -> None:
             if counters.batch_idx == 0:  # the epoch's order is known now; the layout turns batches into samples
                 world = run.dist.world_size if run.dist is not None else 1
                 batch_size = getattr(feed.loader, "batch_size", None)
-                return SetDataPosition(
-                    {"seed": feed.data.seed, "epoch": counters.epoch, "world_size": world, "batch_size": batch_size}
-                )
+                position = {
+                    "seed": feed.data.seed,
+                    "epoch": counters.epoch,
+                    "world_size": world,
+                    "batch_size": batch_size,
+                }
+                drawn = feed.data.generator_epoch
+                if drawn is not None:
+                    position["generator_epoch"] = drawn
+                return SetDataPosition(position)
             return None
 
         return act

@@ -123,6 +123,8 @@ def take(logs: list[LogEntry], fx: str, loop: str, infer: Callable[[], int] | No
         value = _float(e.name, e.value)
         if on_step:
             step_metrics[f"{e.name}_step" if on_epoch else e.name] = value
+            if on_epoch:
+                step_metrics[e.name] = value  # Lightning's callback_metrics: the bare name is the latest value
         if on_epoch:
             n = e.batch_size
             if n is None and e.reduce == "mean":
@@ -138,6 +140,7 @@ def take(logs: list[LogEntry], fx: str, loop: str, infer: Callable[[], int] | No
                 "sync_dist": e.sync_dist,
                 "prog_bar": e.prog_bar,
                 "logger": e.logger,
+                "forked": e.name if on_step else None,
             }
             items.append((f"{loop}/{e.name}", row))
     out: list[Update] = []
@@ -166,4 +169,10 @@ def epoch_values(state: TrainerState, loop: str) -> tuple[dict[str, float], set[
             sync.add(name)
         if not row["logger"]:
             hidden.add(name)
+        forked = row.get("forked")
+        if forked:  # logged on step and epoch: at the epoch end the bare name is the epoch value (not a logger row)
+            values[str(forked)] = value
+            hidden.add(str(forked))
+            if row["sync_dist"]:
+                sync.add(str(forked))
     return values, sync, hidden
