@@ -154,3 +154,39 @@ def test_module_has_no_trainer_and_says_what_to_use() -> None:
     assert module.current_epoch == 0 and module.global_step == 0
     with pytest.raises(RuntimeError, match="only available while a Trainer runs"):
         module.optimizers()
+
+
+class Keeps(TinyModule):
+    """A module that keeps its own counter in the checkpoint through the checkpoint hooks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counted = 0
+        self.loaded: dict[str, Any] = {}
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self.counted += 1
+        return super().training_step(batch, batch_idx)
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["counted"] = self.counted
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.loaded = {"counted": checkpoint["counted"], "weights_loaded_yet": bool(self.counted)}
+        self.counted = checkpoint["counted"]
+
+
+def test_checkpoint_hooks_add_keys_on_save_and_read_them_on_load(tmp_path: Path) -> None:
+    """on_save_checkpoint adds a key to the file; on_load_checkpoint reads it on resume, before training goes on."""
+    from interlock.listeners import ModelCheckpoint
+
+    first = Keeps()
+    trainer = interlock.Trainer(max_epochs=1, **only(ModelCheckpoint(save_last=True)), default_root_dir=tmp_path)
+    trainer.fit(first, loader(64, 16))
+    last = trainer.run_dir / "checkpoints" / "last.ckpt"
+    assert interlock.load_checkpoint(last)["counted"] == 4
+    again = Keeps()
+    resumed = interlock.Trainer(max_epochs=2, **only(ModelCheckpoint(save_last=True)), default_root_dir=tmp_path)
+    resumed.fit(again, loader(64, 16), ckpt_path=last)
+    assert again.loaded == {"counted": 4, "weights_loaded_yet": False}
+    assert again.counted == 8

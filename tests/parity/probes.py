@@ -47,7 +47,8 @@ def _loader() -> DataLoader[Any]:
 
 
 def _trainer(root: str) -> interlock.Trainer:
-    return interlock.Trainer(max_epochs=1, listeners=[], default_root_dir=root, num_sanity_val_steps=0)
+    quiet = {"logger": False, "enable_trace": False, "enable_progress_bar": False, "enable_checkpointing": False}
+    return interlock.Trainer(max_epochs=1, default_root_dir=root, num_sanity_val_steps=0, **quiet)
 
 
 def _hooks_called() -> bool:

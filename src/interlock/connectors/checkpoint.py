@@ -83,7 +83,7 @@ def dump(
     if data_state is not None:
         state_dict["data"] = {**state_dict["data"], "dataset": data_state}
     hparams = getattr(module, "hparams", None)  # Module.save_hyperparameters: plain data, checked when recorded
-    return {
+    payload = {
         "format": CHECKPOINT_FORMAT,
         **({"hyper_parameters": dict(hparams)} if hparams else {}),
         "state": state_dict,
@@ -98,6 +98,10 @@ def dump(
             else {}
         ),
     }
+    hook = getattr(module, "on_save_checkpoint", None)
+    if callable(hook):  # Lightning's module hook: it may add its own keys (plain data and tensors) in place
+        hook(payload)
+    return payload
 
 
 def check_fits(ckpt: Mapping[str, Any], module: torch.nn.Module, source: str) -> None:
@@ -203,6 +207,9 @@ def restore(
     strategy = strategy if strategy is not None else Strategy()
     sharded = ckpt.get("sharded")
     state = check_resumable(ckpt, module, [] if sharded else optimizers, schedulers, source)
+    hook = getattr(module, "on_load_checkpoint", None)
+    if callable(hook):  # Lightning's module hook, before the weights are loaded (what it saved is in ckpt)
+        hook(ckpt)
     if sharded:  # a directory: DCP loads model and optimizer state in place, resharded to this run
         strategy.load_sharded(sharded, module, optimizers)
     else:

@@ -92,7 +92,9 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu") -> 
         )
     state: Mapping[str, Any] = ckpt["state"] if isinstance(ckpt.get("state"), Mapping) else {}
     progress: Mapping[str, Any] = state["progress"] if isinstance(state.get("progress"), Mapping) else {}
+    internal = {"format", "state", "model", "optimizers", "schedulers", "precision", "rng", "grads", "hyper_parameters"}
     return {
+        **{k: v for k, v in ckpt.items() if k not in internal},  # what the module's on_save_checkpoint added
         "format": ckpt["format"],
         "state_dict": dict(ckpt["model"]),
         "hyper_parameters": dict(ckpt.get("hyper_parameters") or {}),
