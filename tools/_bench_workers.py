@@ -35,6 +35,14 @@ from torch.utils.data import DataLoader, TensorDataset
 
 FEATURES, HIDDEN, CLASSES = 32, 32, 2
 LR = 0.01
+#: Trainer flags for a run with no listeners at all (every default switched off)
+BARE: dict[str, Any] = {
+    "listeners": [],
+    "logger": False,
+    "enable_trace": False,
+    "enable_progress_bar": False,
+    "enable_checkpointing": False,
+}
 
 
 # -- shared pieces ----------------------------------------------------------------------
@@ -182,9 +190,7 @@ def _interlock(
     trainer = interlock.Trainer(
         max_epochs=10**6,
         max_steps=max_steps,
-        **({} if default else {"logger": False, "enable_trace": False, "enable_progress_bar": False}),
-        **({} if default else {"enable_checkpointing": False}),
-        listeners=listeners,
+        **({"listeners": listeners} if default else {**BARE, "listeners": listeners}),
         num_sanity_val_steps=0,
         accelerator="cpu",
         default_root_dir=root,
@@ -482,11 +488,7 @@ def run_ddp(spec: dict[str, Any]) -> dict[str, Any]:
         with quiet(), contextlib.redirect_stderr(io.StringIO()):
             trainer = interlock.Trainer(
                 max_epochs=1,
-                listeners=[],
-                logger=False,
-                enable_trace=False,
-                enable_progress_bar=False,
-                enable_checkpointing=False,
+                **BARE,
                 num_sanity_val_steps=0,
                 accelerator="cpu",
                 devices=world,
@@ -595,11 +597,7 @@ def _resume_trainer(root: str) -> Any:
 
     return interlock.Trainer(
         max_epochs=1,
-        listeners=[],
-        logger=False,
-        enable_trace=False,
-        enable_progress_bar=False,
-        enable_checkpointing=False,
+        **BARE,
         num_sanity_val_steps=0,
         accelerator="cpu",
         default_root_dir=root,
@@ -695,11 +693,7 @@ def run_epoch_growth(spec: dict[str, Any]) -> dict[str, Any]:
 
     trainer = interlock.Trainer(
         max_epochs=epochs,
-        listeners=[],
-        logger=False,
-        enable_trace=False,
-        enable_progress_bar=False,
-        enable_checkpointing=False,
+        **BARE,
         num_sanity_val_steps=0,
         accelerator="cpu",
         default_root_dir=tempfile.mkdtemp(prefix="bench-epochs-"),
