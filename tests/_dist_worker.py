@@ -288,9 +288,10 @@ def fsdp(out: Path) -> dict[str, Any]:
 
 
 def reshard(out: Path) -> dict[str, Any]:
-    """``fsdp_sharded``, one epoch of 48 shuffled samples; ``RESHARD=save`` saves at step 3, ``RESHARD=resume`` resumes.
+    """One epoch of 48 shuffled samples, sharded checkpoints; ``RESHARD=save`` saves at step 3, ``=resume`` resumes.
 
-    ``RESHARD_BATCH`` is the per-rank batch, ``RESHARD_CKPT`` the checkpoint (``last``: the run's ``last.ckpt``,
+    ``RESHARD_STRATEGY`` is the strategy (default ``fsdp_sharded``), ``RESHARD_BATCH`` the per-rank batch,
+    ``RESHARD_CKPT`` the checkpoint (``last``: the run's ``last.ckpt``,
     which a save also writes), ``RESHARD_ROOT`` the trainer's root (default ``out``), ``RESHARD_DEVICES`` the
     devices per node (default ``WORLD_SIZE``). Records the sample ids of each step and the final full weights.
     """
@@ -301,7 +302,8 @@ def reshard(out: Path) -> dict[str, Any]:
     devices = int(os.environ.get("RESHARD_DEVICES", os.environ.get("WORLD_SIZE", "1")))
     torch.manual_seed(0)
     module = Net(momentum=0.9)
-    trainer = make_trainer(root, max_epochs=1, seed=7, strategy="fsdp_sharded", devices=devices)
+    strategy = os.environ.get("RESHARD_STRATEGY", "fsdp_sharded")
+    trainer = make_trainer(root, max_epochs=1, seed=7, strategy=strategy, devices=devices)
     if phase == "save":
 
         def save(e: interlock.Event, s: Any) -> Any:
@@ -318,7 +320,7 @@ def reshard(out: Path) -> dict[str, Any]:
             DataLoader(dataset(48), batch_size=batch, shuffle=True),
             ckpt_path=ckpt if phase == "resume" else None,
         )
-    full = trainer.hardware.strategy.model_state_dict(module)
+    full = {k: v.clone() for k, v in trainer.hardware.strategy.model_state_dict(module).items()}
     return {
         "seen": module.seen,
         "weights": full,

@@ -19,13 +19,16 @@ from hypothesis import strategies as st
 import _dist_worker as w
 from interlock.core.errors import CheckpointError
 from interlock.plugins import sharded_io
+from interlock.plugins.sharded_writer import save_sharded
 
 TIMEOUT = 150
 
 
-def _launch(out: Path, ckpt: Path | str, nproc: int, batch: int, phase: str) -> list[list[str]]:
+def _launch(
+    out: Path, ckpt: Path | str, nproc: int, batch: int, phase: str, strategy: str = "fsdp_sharded"
+) -> list[list[str]]:
     """One torchrun launch of ``nproc`` processes on this machine."""
-    env = [f"RESHARD={phase}", f"RESHARD_BATCH={batch}", f"RESHARD_CKPT={ckpt}"]
+    env = [f"RESHARD={phase}", f"RESHARD_BATCH={batch}", f"RESHARD_CKPT={ckpt}", f"RESHARD_STRATEGY={strategy}"]
     runner = w.torchrun(f"--nproc-per-node={nproc}", f"--master-port={w.free_port()}", w.WORKER)
     return [["env", *env, *runner, "reshard", str(out)]]
 
@@ -60,7 +63,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, A
     """Uninterrupted runs on 2 and 1 ranks that save at step 3; then resumes on 1, 2, 3 ranks."""
     root = tmp_path_factory.mktemp("dcp")
     two, one = root / "two" / "mid.ckpt", root / "one" / "mid.ckpt"
-    w.run_all([*_slurm(root / "two", two, 2, 3, "save"), *_launch(root / "one", one, 1, 6, "save")], root, TIMEOUT)
+    ddp = root / "ddp" / "mid.ckpt"
+    saves = [*_slurm(root / "two", two, 2, 3, "save"), *_launch(root / "one", one, 1, 6, "save")]
+    w.run_all([*saves, *_launch(root / "ddp", ddp, 2, 3, "save", "ddp_sharded")], root, TIMEOUT)
     plan2 = {
         "2to1": (1, 6, two),
         "2to3": (3, 2, two),
@@ -70,14 +75,18 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, A
     }
     launches = [c for k, (n, b, ckpt) in plan2.items() for c in _launch(root / k, ckpt, n, b, "resume")]
     requeue = _slurm(root / "requeue", "last", 3, 2, "resume", RESHARD_ROOT=root / "two", SLURM_RESTART_COUNT=1)
-    w.run_all([*launches, *requeue], root, TIMEOUT)
-    sizes = {"two": 2, "one": 1, "requeue": 3, **{k: n for k, (n, _, _) in plan2.items()}}
+    ddp_resumes = [*_launch(root / "ddp2to1", ddp, 1, 6, "resume", "ddp_sharded")]
+    ddp_resumes += _launch(root / "ddp2to2", ddp, 2, 3, "resume", "ddp_sharded")
+    w.run_all([*launches, *requeue, *ddp_resumes], root, TIMEOUT)
+    sizes = {"two": 2, "one": 1, "requeue": 3, "ddp": 2, "ddp2to1": 1, "ddp2to2": 2}
+    sizes |= {k: n for k, (n, _, _) in plan2.items()}
     found = {k: _results(root / k, n) for k, n in sizes.items()}
     found["root"] = root  # type: ignore[assignment]
     return found
 
 
 ORDERS = [("2to1", "two"), ("2to3", "two"), ("2to2", "two"), ("1to2", "one"), ("requeue", "two")]
+ORDERS += [("ddp2to1", "ddp"), ("ddp2to2", "ddp")]
 
 
 @pytest.mark.parametrize(("resumed", "full"), ORDERS)
@@ -89,17 +98,30 @@ def test_resume_on_another_world_size_sees_the_uninterrupted_global_order(runs: 
     assert uninterrupted[:done] + _global(runs[resumed]) == uninterrupted
 
 
-@pytest.mark.parametrize(("resumed", "full"), [("2to1", "two"), ("2to3", "two"), ("1to2", "one"), ("requeue", "two")])
+@pytest.mark.parametrize(
+    ("resumed", "full"), [("2to1", "two"), ("2to3", "two"), ("1to2", "one"), ("requeue", "two"), ("ddp2to1", "ddp")]
+)
 def test_resume_on_another_world_size_keeps_the_weights(runs: Any, resumed: str, full: str) -> None:
     """Keeping the global batch, the resumed run ends with the uninterrupted run's weights (float tolerance)."""
     for key, value in runs[full][0]["weights"].items():
         torch.testing.assert_close(runs[resumed][0]["weights"][key], value, rtol=1e-5, atol=1e-6)
 
 
-def test_resume_on_the_same_world_size_is_bitwise(runs: Any) -> None:
-    """2 ranks -> 2 ranks from a sharded checkpoint: the final weights are bitwise the uninterrupted run's."""
-    for key, value in runs["two"][0]["weights"].items():
-        assert torch.equal(runs["2to2"][0]["weights"][key], value), key
+@pytest.mark.parametrize(("resumed", "full"), [("2to2", "two"), ("ddp2to2", "ddp")])
+def test_resume_on_the_same_world_size_is_bitwise(runs: Any, resumed: str, full: str) -> None:
+    """2 ranks -> 2 ranks from a sharded checkpoint (fsdp_sharded, ddp_sharded): weights bitwise the uninterrupted's."""
+    for key, value in runs[full][0]["weights"].items():
+        assert torch.equal(runs[resumed][0]["weights"][key], value), key
+
+
+def test_ddp_sharded_writes_replicated_tensors_once(runs: Any) -> None:
+    """Under ddp_sharded each tensor (the same on every rank) is stored once, and both ranks share the writing."""
+    ckpt = runs["root"] / "ddp" / "mid.ckpt"
+    assert sharded_io.read_manifest(ckpt)["world_size"] == 2
+    stored = sharded_io.SafeReader(ckpt).read_metadata().storage_data
+    tensors = [index.fqn for index in stored if index.fqn in sharded_io.tensor_specs(ckpt)]
+    assert sorted(tensors) == sorted(set(tensors)) and any(t.startswith("model.") for t in tensors)
+    assert {info.relative_path for info in stored.values()} == {"__0_0.distcp", "__1_0.distcp"}
 
 
 def test_a_slurm_requeue_on_more_nodes_resumes_from_last(runs: Any) -> None:
@@ -145,9 +167,7 @@ def test_loading_never_executes_code_from_a_hostile_directory(tmp_path: Path, mo
     """A .metadata that pickles a call, and a stored value that pickles one, are refused; nothing runs."""
     module = torch.nn.Linear(3, 2)
     target = tmp_path / "x.ckpt"
-    sharded_io.save_sharded(
-        target, {"model": module.state_dict(), "extra": [1, 2]}, {"state": {}}, {}, 0, 1, lambda x: x, lambda: None
-    )
+    save_sharded(target, {"model": module.state_dict(), "extra": [1, 2]}, {"state": {}})
     monkeypatch.chdir(tmp_path)
     # the stored non-tensor value replaced by a pickled call
     shard = target / "__0_0.distcp"
@@ -197,12 +217,12 @@ def test_inspect_and_convert_a_sharded_checkpoint(runs: Any, tmp_path: Path, cap
 
 _SAVER = """
 import sys, torch
-from interlock.plugins import sharded_io
+from interlock.plugins.sharded_writer import save_sharded
 target, i = sys.argv[1], 0
 while True:
     i += 1
     tensors = {"model": {"w": torch.full((256, 1024), float(i))}}
-    sharded_io.save_sharded(target, tensors, {"state": {"i": i}}, {}, 0, 1, lambda x: x, lambda: None)
+    save_sharded(target, tensors, {"state": {"i": i}})
     print(i, flush=True)
 """
 
@@ -227,7 +247,7 @@ def test_a_sigkill_mid_save_leaves_the_previous_checkpoint_whole(tmp_path: Path)
         w_ = sharded_io.load_all(target)["model"]["w"]
         assert torch.equal(w_, torch.full_like(w_, w_[0, 0].item()))
     tensors = {"model": {"w": torch.zeros(1)}}
-    sharded_io.save_sharded(target, tensors, {"state": {}}, {}, 0, 1, lambda x: x, lambda: None)
+    save_sharded(target, tensors, {"state": {}})
     assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]  # the killed saves' leftovers are gone
 
 

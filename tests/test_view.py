@@ -489,3 +489,21 @@ def test_every_chart_picture_reads_at_page_width(browser: Any) -> None:
             small[picture.name] = round(smallest, 1)
     page.screenshot(path=str(ARTIFACTS / "last-chart-picture.png"))
     assert not small, f"text under 8 px at page width (draw a region instead: interlock chart --region): {small}"
+
+
+def test_a_sharded_checkpoint_directory_is_listed_with_its_state_and_size(tmp_path: Path) -> None:
+    """A run's sharded last.ckpt (a directory) is a checkpoint row: state from meta.ckpt, size of all its files."""
+    import torch
+
+    from interlock.plugins.sharded_writer import save_sharded
+    from interlock.view.checkpoints import checkpoint_rows
+
+    run = _fake_run(tmp_path / "run")
+    state = {"chart": "fit.train.batch.end", "stage": "fit", "progress": {"epoch": 1, "global_step": 7}}
+    save_sharded(run / "checkpoints" / "last.ckpt", {"model": {"w": torch.ones(100)}}, {"state": state})
+    (run / "checkpoints" / ".last.ckpt.0123456789ab.tmp").mkdir()  # a killed save's leftover is not a row
+    [row] = checkpoint_rows(run, ["fit"])
+    assert (row["name"], row["sharded"], row["chart"], row["global_step"]) == ("last.ckpt", True, state["chart"], 7)
+    on_disk = sum(p.stat().st_size for p in (run / "checkpoints" / "last.ckpt").iterdir() if p.name != "interlock.json")
+    assert row["size"] == on_disk
+    assert row["resume"].endswith(f"--ckpt_path {(run / 'checkpoints' / 'last.ckpt').absolute()}")

@@ -723,6 +723,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.output is not None:
         args.output.write_text(text + "\n")
     print(text if args.json else render(report))
+    if "sharded" in report and not args.json:
+        from bench_sharded import render_sharded
+
+        print(render_sharded(report["sharded"]))
     return 0
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from interlock.core.errors import CheckpointError
 from interlock.plugins import sharded_io
 from interlock.plugins.checkpoint_io import TorchCheckpointIO
+from interlock.plugins.sharded_writer import save_sharded
 
 __all__ = ["file_to_sharded", "sharded_to_file"]
 
@@ -67,5 +68,5 @@ def file_to_sharded(src: str | os.PathLike[str], out: str | os.PathLike[str]) ->
     optimizers = [_by_names(o, names, str(src)) for o in ckpt.get("optimizers", [])]
     tensors = {"model": ckpt["model"], "optimizers": optimizers}
     meta = {k: v for k, v in ckpt.items() if k not in ("model", "optimizers", "grads")}
-    sharded_io.save_sharded(out, tensors, meta, {"rng": ckpt.get("rng")}, 0, 1, lambda x: x, lambda: None)
+    save_sharded(Path(out), tensors, meta, {"rng": ckpt.get("rng")})
     return Path(out)

@@ -379,16 +379,7 @@ def _write_sharded(run: Run, path: str, state: TrainerState, data_state: Any) ->
         "precision": dict(run.hardware.precision.state_dict()),
         "rng": rng,
     }
-    _sio().save_sharded(
-        path,
-        strategy.sharded_state(run.module, run.optimizers),
-        meta,
-        {"rng": rng},
-        strategy.global_rank,
-        strategy.world_size,
-        strategy.broadcast,
-        strategy.barrier,
-    )
+    strategy.sharded_io().save(path, strategy.sharded_state(run.module, run.optimizers), meta, {"rng": rng})
 
 
 def read_checkpoint(io: TorchCheckpointIO, path: Path, map_location: Any, rank: int = 0) -> dict[str, Any]:
@@ -513,8 +504,15 @@ def register(reg: Registry) -> None:
 
     @reg.action("checkpoint.wait")
     def wait(run: Run, params: Mapping[str, Any]) -> Action:
-        """Wait until every checkpoint of the stage is durable; raise the first failed save."""
-        return run.checkpoint_io.wait  # type: ignore[no-any-return]
+        """Wait until every checkpoint of the stage (file or sharded) is durable; raise the first failure."""
+
+        def act() -> None:
+            try:
+                run.checkpoint_io.wait()
+            finally:
+                run.hardware.strategy.wait_for_checkpoints()
+
+        return act
 
     @reg.effect(SaveCheckpoint)
     def writer(run: Run) -> Callable[[Any], None]:
@@ -525,7 +523,7 @@ def register(reg: Registry) -> None:
             if run.hardware.strategy.is_global_zero:
                 for old in request.replaces:
                     if is_sharded(old):
-                        _sio().remove_sharded(old)
+                        run.hardware.strategy.sharded_io().remove(old, replaced_by=request.path)
                     else:
                         run.checkpoint_io.remove_checkpoint(old, replaced_by=request.path)
 

@@ -21,7 +21,7 @@ from interlock.plugins.strategy import SingleDevice, Strategy
 
 __all__ = ["STRATEGIES", "Hardware", "register", "resolve_hardware"]
 
-STRATEGIES = ("auto", "single_device", "ddp", "ddp_spawn", "fsdp", "fsdp_sharded")
+STRATEGIES = ("auto", "single_device", "ddp", "ddp_sharded", "ddp_spawn", "fsdp", "fsdp_sharded")
 
 
 @attrs.define
@@ -86,7 +86,7 @@ def resolve_hardware(
             f"{env.world_size()}; use strategy='ddp' under an external launcher"
         )
     external = env.creates_processes_externally
-    if strategy in ("ddp", "fsdp", "fsdp_sharded") and external and env.local_rank() >= len(indices):
+    if strategy in ("ddp", "ddp_sharded", "fsdp", "fsdp_sharded") and external and env.local_rank() >= len(indices):
         raise ValueError(
             f"Trainer(devices={devices!r}) selects {len(indices)} device(s), but {env.name} started this process "
             f"as local rank {env.local_rank()}; pass devices= the number of processes per node"
@@ -99,8 +99,8 @@ def build_strategy(name: str, num_devices: int, environment: ClusterEnvironment 
     """The strategy plugin for a resolved ``strategy`` flag; ``environment`` says who starts the processes."""
     if name == "single_device":
         return SingleDevice()
-    if name == "ddp":
-        return DDPStrategy(num_devices, environment)
+    if name in ("ddp", "ddp_sharded"):
+        return DDPStrategy(num_devices, environment, sharded_checkpoint=name == "ddp_sharded")
     if name == "ddp_spawn":
         return DDPSpawnStrategy(num_devices)
     if name in ("fsdp", "fsdp_sharded"):

@@ -44,7 +44,7 @@ import re
 import secrets
 import stat
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
 from pathlib import Path
@@ -68,6 +68,7 @@ __all__ = [
     "check_bounded",
     "check_serializable",
     "is_lightning_checkpoint",
+    "settle",
 ]
 
 FORMAT_VERSION: int = 1
@@ -403,14 +404,7 @@ class TorchCheckpointIO:
     def wait(self) -> None:
         """Block until every background save is in place; raise :class:`CheckpointError` for the first that failed."""
         pending, self._pending = self._pending, []
-        first: BaseException | None = None
-        for _, job, _ in pending:
-            try:
-                job.result()
-            except BaseException as exc:
-                first = first or exc
-        if first is not None:
-            raise first
+        settle(job for _, job, _ in pending)
 
     def _raise_failed(self) -> None:
         """Raise the error of a finished background save that failed (the rest stay pending)."""
@@ -501,6 +495,18 @@ class TorchCheckpointIO:
             self._pending.append((target, self._pool().submit(_remove_after, target, after, saves), False))
         else:
             _remove_after(target, after, saves)
+
+
+def settle(jobs: Iterable[Future[Any]]) -> None:
+    """Wait for every job; then raise the first one's error, if any failed."""
+    first: BaseException | None = None
+    for job in jobs:
+        try:
+            job.result()
+        except BaseException as exc:
+            first = first or exc
+    if first is not None:
+        raise first
 
 
 def _remove(target: Path) -> None:

@@ -8,6 +8,8 @@ Where the processes come from:
   ``"ddp_spawn"`` does, and says so on stderr (Lightning would re-run the script instead; forking keeps
   the caller's objects and works in notebooks).
 * ``"ddp"`` with one device and no launcher: a process group of one.
+* ``"ddp_sharded"``: ``"ddp"`` whose checkpoints are sharded directories
+  (:mod:`interlock.plugins.sharded_writer`): each rank writes a part, in the background.
 * ``"ddp_spawn"``: always forks ``devices`` processes (:class:`~interlock.plugins.launcher.ForkLauncher`);
   the caller gets rank 0's result.
 
@@ -146,8 +148,17 @@ class DDPStrategy(Strategy):
     #: Fork the processes even for one device (``"ddp_spawn"``); otherwise only without an external launcher.
     always_spawns = False
 
-    def __init__(self, num_devices: int = 1, environment: ClusterEnvironment | None = None, **ddp_kwargs: Any) -> None:
+    def __init__(
+        self,
+        num_devices: int = 1,
+        environment: ClusterEnvironment | None = None,
+        sharded_checkpoint: bool = False,
+        **ddp_kwargs: Any,
+    ) -> None:
         super().__init__()
+        if sharded_checkpoint:  # "ddp_sharded": every rank writes a part of each checkpoint through DCP
+            self.sharded_checkpoint = True
+            self.name = f"{self.name}_sharded"
         self.num_devices = num_devices
         self.environment: ClusterEnvironment = environment if environment is not None else LocalEnvironment()
         self.ddp_kwargs = ddp_kwargs

@@ -64,11 +64,8 @@ class FSDPStrategy(DDPStrategy):
         shard: Callable[[torch.nn.Module], bool] | None = None,
         sharded_checkpoint: bool = False,
     ) -> None:
-        super().__init__(num_devices, environment)
+        super().__init__(num_devices, environment, sharded_checkpoint)
         self.shard = shard
-        self.sharded_checkpoint = sharded_checkpoint
-        if sharded_checkpoint:
-            self.name = "fsdp_sharded"
         self._root: StepModule | None = None
 
     def setup_module(self, module: torch.nn.Module, device: torch.device) -> Distributed:

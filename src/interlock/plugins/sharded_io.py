@@ -1,4 +1,6 @@
-"""Sharded checkpoint directories written and read through ``torch.distributed.checkpoint`` (DCP).
+"""Sharded checkpoint directories: their layout, their seal, and reading them through ``torch.distributed.checkpoint``.
+
+:mod:`interlock.plugins.sharded_writer` writes them (DCP, in the background).
 
 A sharded checkpoint is a directory (named like a checkpoint file, e.g. ``last.ckpt``)::
 
@@ -38,7 +40,6 @@ import re
 import secrets
 import shutil
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -46,12 +47,11 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, _EmptyStateDictLoadPlanner
-from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
 from torch.distributed.checkpoint.planner import ReadItem
 
 from interlock.core.errors import CheckpointError
-from interlock.plugins.checkpoint_io import TorchCheckpointIO
 
 __all__ = [
     "MANIFEST",
@@ -65,7 +65,7 @@ __all__ = [
     "rank_file",
     "read_manifest",
     "remove_sharded",
-    "save_sharded",
+    "seal",
     "sweep",
     "tensor_specs",
 ]
@@ -177,41 +177,8 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def save_sharded(
-    target: str | os.PathLike[str],
-    tensors: dict[str, Any],
-    meta: dict[str, Any],
-    rank_meta: dict[str, Any],
-    rank: int,
-    world_size: int,
-    broadcast: Callable[[Any], Any],
-    barrier: Callable[[], None],
-) -> None:
-    """Write a sharded checkpoint directory at ``target``; a collective call (every rank makes it).
-
-    ``tensors`` (a possibly sharded state dict, e.g. DTensors) goes through ``dcp.save``;
-    ``meta`` (rank 0's) and ``rank_meta`` (each rank's) are plain data written as
-    interlock checkpoint files. The directory appears complete under ``target`` or not at all.
-    """
-    target = Path(target)
-    tmp = broadcast(target.parent / f".{target.name[:180]}.{secrets.token_hex(6)}.tmp" if rank == 0 else None)
-    if rank == 0:
-        sweep(target)  # what killed saves of this checkpoint left (one trainer writes a checkpoint path)
-        tmp.mkdir(parents=True)
-    barrier()
-    files = TorchCheckpointIO()
-    files.save_checkpoint(rank_meta, tmp / f"rank{rank}.ckpt")
-    if rank == 0:
-        files.save_checkpoint(meta, tmp / META)
-    dcp.save(tensors, storage_writer=FileSystemWriter(tmp, sync_files=True))
-    barrier()  # every rank's shards and files are durable; DCP's .metadata is written by now
-    if rank == 0:
-        _seal(tmp, target, world_size)
-    barrier()
-
-
-def _seal(tmp: Path, target: Path, world_size: int) -> None:
-    """Hash every file, write the manifest last, and rename the directory over ``target``."""
+def seal(tmp: Path, target: Path, world_size: int) -> None:
+    """Hash every file of the finished directory ``tmp``, write the manifest last, and put it in place at ``target``."""
     entries = {p.name: {"sha256": _sha256(p), "bytes": p.stat().st_size} for p in sorted(tmp.iterdir()) if p.is_file()}
     manifest = {"format": SHARDED_FORMAT, "version": SHARDED_VERSION, "world_size": world_size, "files": entries}
     with open(tmp / MANIFEST, "w", encoding="utf-8") as f:

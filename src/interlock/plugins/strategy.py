@@ -50,6 +50,23 @@ class Strategy:
         self.world_size = 1
         self.global_rank = 0
         self.local_rank = 0
+        self._sharded_io: Any = None
+
+    def sharded_io(self) -> Any:
+        """The :class:`~interlock.plugins.sharded_writer.ShardedCheckpointIO` of this strategy's sharded saves.
+
+        Made at the first sharded save (it owns the background writer and its process group).
+        """
+        if self._sharded_io is None:
+            from interlock.plugins.sharded_writer import ShardedCheckpointIO
+
+            self._sharded_io = ShardedCheckpointIO(background=True)
+        return self._sharded_io
+
+    def wait_for_checkpoints(self) -> None:
+        """Block until every sharded save of this strategy is in place; raise the first that failed."""
+        if self._sharded_io is not None:
+            self._sharded_io.wait()
 
     @property
     def is_global_zero(self) -> bool:

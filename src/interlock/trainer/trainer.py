@@ -54,8 +54,8 @@ class Trainer:
         gradient_clip_algorithm: ``"norm"`` or ``"value"``.
         accelerator: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"gpu"`` or ``"mps"``.
         devices: Device count, indices (``[0, 1]``, ``"0,1"``), ``"auto"`` or ``-1`` (all).
-        strategy: ``"auto"``, ``"single_device"``, ``"ddp"``, ``"ddp_spawn"``, ``"fsdp"`` or ``"fsdp_sharded"``
-            (FSDP whose checkpoints are sharded directories).
+        strategy: ``"auto"``, ``"single_device"``, ``"ddp"``, ``"ddp_spawn"``, ``"fsdp"``, or ``"ddp_sharded"`` /
+            ``"fsdp_sharded"`` (checkpoints are sharded directories, written in the background).
         precision: ``"32-true"``, ``"64-true"``, ``"16-mixed"``, ``"bf16-mixed"``, ``"16-true"``, ``"bf16-true"``.
         listeners: Listener objects, installed besides the defaults.
         callbacks: Lightning's name for ``listeners`` (pass one of the two).

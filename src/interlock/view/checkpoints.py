@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import shlex
 from collections.abc import Mapping, Sequence
@@ -10,7 +11,7 @@ from typing import Any
 
 from interlock.core.errors import CheckpointError
 from interlock.plugins.checkpoint_io import TorchCheckpointIO
-from interlock.view.runs import files
+from interlock.view.runs import SHARDED_MANIFEST, files
 
 __all__ = ["checkpoint_rows", "resume_command"]
 
@@ -41,10 +42,23 @@ def _scalar(value: Any) -> Any:
     return value if isinstance(value, int | float | str | bool) or value is None else repr(value)
 
 
-def _summary(path: Path) -> dict[str, Any]:
-    """Chart state, stage, progress and metrics of one checkpoint (weights_only load, no model built)."""
+def _sharded_size(path: Path) -> int:
+    """The bytes of a sharded checkpoint directory, as its manifest lists them."""
     try:
-        ckpt = TorchCheckpointIO().load_checkpoint(path, map_location="cpu")
+        listed = json.loads((path / SHARDED_MANIFEST).read_text(encoding="utf-8"))["files"].values()
+        return sum(int(entry["bytes"]) for entry in listed)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return 0
+
+
+def _summary(path: Path) -> dict[str, Any]:
+    """Chart state, stage, progress and metrics of one checkpoint (weights_only load, no model built).
+
+    A sharded directory is summarized from its ``meta.ckpt`` (the shards are not read).
+    """
+    try:
+        source = path / "meta.ckpt" if path.is_dir() else path
+        ckpt = TorchCheckpointIO().load_checkpoint(source, map_location="cpu")
     except (CheckpointError, OSError, RuntimeError, ValueError) as exc:
         return {"error": str(exc).splitlines()[0][:300]}
     state = ckpt.get("state") if isinstance(ckpt, Mapping) else None
@@ -70,10 +84,13 @@ def checkpoint_rows(run: Path, argv: Sequence[str] | None = None) -> list[dict[s
         key = (str(path), st.st_mtime_ns, st.st_size)
         if key not in _cache:
             _cache[key] = _summary(path)
+            if path.is_dir():
+                _cache[key]["sharded"] = True
+                _cache[key]["bytes"] = _sharded_size(path)
         rows.append(
             {
                 "name": name,
-                "size": st.st_size,
+                "size": _cache[key].get("bytes", st.st_size),
                 "mtime": st.st_mtime,
                 **_cache[key],
                 "resume": resume_command(path.absolute(), argv),

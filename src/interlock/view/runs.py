@@ -135,11 +135,18 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+SHARDED_MANIFEST = "interlock.json"  # what marks a sharded checkpoint directory (interlock.plugins.sharded_io)
+
+
 def files(run: Path) -> Iterator[tuple[str, os.stat_result]]:
-    """The checkpoint files of a run (name, stat), symlinks left out."""
+    """The checkpoints of a run (name, stat), symlinks left out; a sharded directory by its manifest's stat."""
     folder = run / "checkpoints"
     if not folder.is_dir():
         return
     for path in sorted(folder.glob("*.ckpt")):
-        if path.is_file() and not path.is_symlink():
+        if path.is_symlink():
+            continue
+        if path.is_file():
             yield path.name, path.stat()
+        elif (path / SHARDED_MANIFEST).is_file():  # rewritten by every save of the directory
+            yield path.name, (path / SHARDED_MANIFEST).stat()

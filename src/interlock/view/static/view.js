@@ -157,7 +157,8 @@
     $("checkpoints").innerHTML = run.checkpoints.map((c) => {
       const m = Object.entries(c.metrics || {}).map(([k, v]) => `${esc(k)}=${esc(fmt(v))}`).join(" ");
       const head = c.error ? `<span class="muted">${esc(c.error)}</span>` : `state <code>${esc(c.chart)}</code> · epoch ${esc(c.epoch)} · step ${esc(c.global_step)}<br><span class="muted">${m}</span>`;
-      return `<div class="ckpt" data-name="${esc(c.name)}"><b>${esc(c.name)}</b><br>${head}<code class="resume">${esc(c.resume)}</code></div>`;
+      const kind = c.sharded ? ' <span class="muted">(sharded directory)</span>' : "";
+      return `<div class="ckpt" data-name="${esc(c.name)}"><b>${esc(c.name)}</b>${kind}<br>${head}<code class="resume">${esc(c.resume)}</code></div>`;
     }).join("");
   }
 
