@@ -107,8 +107,9 @@ class Net(interlock.Module):
 
 def make_trainer(root: Path, **kwargs: Any) -> interlock.Trainer:
     kwargs.setdefault("num_sanity_val_steps", 0)
+    kwargs.setdefault("listeners", [])
     bare = {"logger": False, "enable_trace": False, "enable_progress_bar": False, "enable_checkpointing": False}
-    return interlock.Trainer(accelerator="cpu", listeners=[], default_root_dir=root, **bare, **kwargs)
+    return interlock.Trainer(accelerator="cpu", default_root_dir=root, **{**bare, **kwargs})
 
 
 def rank() -> int:
@@ -330,6 +331,28 @@ def reshard(out: Path) -> dict[str, Any]:
     }
 
 
+def topk(out: Path) -> dict[str, Any]:
+    """``fsdp_sharded`` for 4 epochs keeping the 2 best checkpoints by ``val_loss`` and ``last``; then validate best."""
+    from interlock.listeners.checkpoint import ModelCheckpoint
+
+    torch.manual_seed(0)
+    module = Net(momentum=0.9)
+    keep = ModelCheckpoint(monitor="val_loss", save_top_k=2, save_last=True)
+    trainer = make_trainer(
+        out, max_epochs=4, seed=3, strategy="fsdp_sharded", devices=2, listeners=[keep], enable_checkpointing=True
+    )
+    train, val = DataLoader(dataset(32), batch_size=4, shuffle=True), DataLoader(dataset(16, seed=1), batch_size=4)
+    trainer.fit(module, train, val)
+    folder, state = Path(trainer.state.run_dir) / "checkpoints", trainer.state
+    return {
+        "entries": sorted(p.name for p in folder.iterdir()),
+        "best_k": {Path(k).name: float(v) for k, v in keep.best_k_models(state).items()},  # type: ignore[arg-type]
+        "best": Path(keep.best_model_path(state)).name,
+        "validated": trainer.validate(module, val, ckpt_path="best"),
+        "folder": str(folder),
+    }
+
+
 SCENARIOS = {
     "distributed": distributed,
     "spawn": spawn,
@@ -337,6 +360,7 @@ SCENARIOS = {
     "precision": precision,
     "fsdp": fsdp,
     "reshard": reshard,
+    "topk": topk,
 }
 
 

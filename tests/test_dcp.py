@@ -65,7 +65,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, A
     two, one = root / "two" / "mid.ckpt", root / "one" / "mid.ckpt"
     ddp = root / "ddp" / "mid.ckpt"
     saves = [*_slurm(root / "two", two, 2, 3, "save"), *_launch(root / "one", one, 1, 6, "save")]
-    w.run_all([*saves, *_launch(root / "ddp", ddp, 2, 3, "save", "ddp_sharded")], root, TIMEOUT)
+    saves += _launch(root / "ddp", ddp, 2, 3, "save", "ddp_sharded")
+    topk = w.torchrun("--nproc-per-node=2", f"--master-port={w.free_port()}", w.WORKER, "topk", str(root / "topk"))
+    w.run_all([*saves, topk], root, TIMEOUT)
     plan2 = {
         "2to1": (1, 6, two),
         "2to3": (3, 2, two),
@@ -82,6 +84,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, A
     sizes |= {k: n for k, (n, _, _) in plan2.items()}
     found = {k: _results(root / k, n) for k, n in sizes.items()}
     found["root"] = root  # type: ignore[assignment]
+    found["topk"] = [w.load(root / "topk", "topk", r) for r in range(2)]
     return found
 
 
@@ -122,6 +125,17 @@ def test_ddp_sharded_writes_replicated_tensors_once(runs: Any) -> None:
     tensors = [index.fqn for index in stored if index.fqn in sharded_io.tensor_specs(ckpt)]
     assert sorted(tensors) == sorted(set(tensors)) and any(t.startswith("model.") for t in tensors)
     assert {info.relative_path for info in stored.values()} == {"__0_0.distcp", "__1_0.distcp"}
+
+
+def test_top_k_and_last_keep_sharded_directories_as_they_keep_files(runs: Any) -> None:
+    """save_top_k=2 + save_last under fsdp_sharded: the 2 best directories and last.ckpt remain; 'best' validates."""
+    result = runs["topk"][0]
+    assert result["entries"] == sorted([*result["best_k"], "last.ckpt"])
+    assert len(result["best_k"]) == 2 and result["best"] == min(result["best_k"], key=result["best_k"].get)
+    for name in result["entries"]:
+        sharded_io.read_manifest(Path(result["folder"]) / name)  # whole, every file hash-checked
+    assert result["validated"][0]["val_loss"] == pytest.approx(result["best_k"][result["best"]], rel=1e-5)
+    assert runs["topk"][1]["validated"] == result["validated"]
 
 
 def test_a_slurm_requeue_on_more_nodes_resumes_from_last(runs: Any) -> None:

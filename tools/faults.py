@@ -326,12 +326,17 @@ trainer.fit(Tiny(), data(256))
 
 
 def _loadable(work: Path) -> str | None:
-    """Every last.ckpt under ``work`` loads (and there is one once training started)."""
+    """Every last.ckpt under ``work`` loads, a sharded directory with every file hash-checked."""
+    from interlock.plugins import sharded_io
     from interlock.plugins.checkpoint_io import TorchCheckpointIO
 
     for path in work.rglob("last.ckpt"):
         try:
-            TorchCheckpointIO().load_checkpoint(path)
+            if path.is_dir():
+                sharded_io.read_manifest(path)
+                sharded_io.load_all(path)
+            else:
+                TorchCheckpointIO().load_checkpoint(path)
         except Exception as exc:
             return f"{path.relative_to(work)} does not load: {exc}"
     return None
@@ -504,7 +509,8 @@ class Slow(Tiny):
 root = sys.argv[1]
 pathlib.Path(root).mkdir(parents=True, exist_ok=True)
 pathlib.Path(root, f"rank{os.environ['RANK']}.pid").write_text(str(os.getpid()))
-trainer = interlock.Trainer(strategy="ddp", devices=2, max_epochs=2, seed=0, default_root_dir=root,
+strategy = os.environ.get("FAULT_STRATEGY", "ddp")
+trainer = interlock.Trainer(strategy=strategy, devices=2, max_epochs=2, seed=0, default_root_dir=root,
                             listeners=[ModelCheckpoint(save_last=True, every_n_train_steps=4)])
 try:
     trainer.fit(Slow(), data(1024), ckpt_path=sys.argv[2] if len(sys.argv) > 2 else None)
@@ -514,10 +520,14 @@ except interlock.Preempted as exc:
 
 
 def _ddp_attempts() -> list[Attempt]:
-    """Two-rank DDP (torchrun, gloo on CPU): a signal to one rank only; bounded exit, loadable checkpoint, resume."""
-    cases = [("SIGTERM", 1, False), ("SIGTERM", 0, False), ("SIGKILL", 1, False), ("SIGUSR1", 1, True)]
+    """Two ranks (torchrun, gloo on CPU): a signal to one rank only; bounded exit, loadable checkpoint, resume.
+
+    Under ``fsdp_sharded`` the checkpoints are directories saved in the background.
+    """
+    cases = [("SIGTERM", 1, False, "ddp"), ("SIGTERM", 0, False, "ddp"), ("SIGKILL", 1, False, "ddp")]
+    cases += [("SIGUSR1", 1, True, "ddp"), ("SIGTERM", 1, False, "fsdp_sharded"), ("SIGKILL", 0, False, "fsdp_sharded")]
     out = []
-    for name, rank, slurm in cases:
+    for name, rank, slurm, strategy in cases:
         script = f"""
 import json, pathlib, signal, socket, subprocess, time
 root = pathlib.Path(sys.argv[1])
@@ -526,7 +536,8 @@ def torchrun(*args):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = dict(os.environ, **({{"SLURM_NTASKS": "2", "SLURM_JOB_NAME": "batch"}} if {slurm} else {{}}))
+    env = dict(os.environ, FAULT_STRATEGY="{strategy}")
+    env.update({{"SLURM_NTASKS": "2", "SLURM_JOB_NAME": "batch"}} if {slurm} else {{}})
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", f"--master-port={{port}}",
            str(root / "ddp_fit.py"), str(root / "out"), *args]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -566,7 +577,7 @@ print(report["rc"], report["exit_s"], report["resume_rc"])
         out.append(
             Attempt(
                 "ranks",
-                f"{name} to rank {rank} of 2" + (" under SLURM" if slurm else ""),
+                f"{name} to rank {rank} of 2 ({strategy})" + (" under SLURM" if slurm else ""),
                 script,
                 "",
                 400,

@@ -122,9 +122,11 @@ class Strategy:
         from interlock.plugins.sharded_io import load_tensors
 
         state = self.sharded_state(module, optimizers)
+        if not optimizers:  # validate/test/predict: the weights only (an empty list is not what a fit saved)
+            del state["optimizers"]
         load_tensors(path, state)
         set_model_state_dict(module, state["model"])
-        for optimizer, saved in zip(optimizers, state["optimizers"], strict=True):
+        for optimizer, saved in zip(optimizers, state.get("optimizers", []), strict=True):
             set_optimizer_state_dict(module, optimizer, saved)
 
     def setup_environment(self, device: torch.device, backend: str) -> None:
