@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint imports typecheck pytest docs charts chart-parts parity-table bench clean venv
+.PHONY: demo test sysdeps lint imports typecheck pytest docs charts chart-parts parity-table bench clean venv
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -19,8 +19,12 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/interlock fit
 
-test: $(STAMP)
+test: $(STAMP) sysdeps
 	$(MAKE) lint imports typecheck pytest docs
+
+# Graphviz and Chromium for the chart-rendering and browser tests (apt-get, when missing)
+sysdeps:
+	@bash tools/sysdeps.sh
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests tools

@@ -1,7 +1,7 @@
 """`interlock view`: what it serves and refuses (starlette's test client), and the page in headless Chromium.
 
-The browser tests drive the system Chromium (Debian's ``chromium``, installed by ``.ci/run``)
-through Playwright's Python client; they skip, saying so, when either is missing. Screenshots
+The browser tests drive the system Chromium (Debian's ``chromium``, which ``make test`` installs through
+``tools/sysdeps.sh``) through Playwright's Python client; they skip, saying so, when either is missing. Screenshots
 go to ``tests/artifacts/view/`` (git-ignored).
 """
 
