@@ -119,3 +119,23 @@ def test_bench_rejects_unknown_section() -> None:
     )
     assert proc.returncode == 2
     assert "unknown section" in proc.stderr
+
+
+@pytest.mark.timeout(300)
+def test_a_sharded_save_holds_no_full_copy_of_the_model_on_any_rank() -> None:
+    """bench --sharded on 2 ranks: a full save grows rank 0 by a whole model; a sharded one grows no rank as much."""
+    sys.path.insert(0, str(BENCH.parent))
+    try:
+        from bench_sharded import render_sharded, section_sharded
+    finally:
+        sys.path.remove(str(BENCH.parent))
+    section = section_sharded(96, timeout=280)
+    assert "error" not in section, section.get("error")
+    model = section["rank0"]["model_mb"]
+    assert section["rank0"]["full"]["peak_growth_mb"] >= model  # the measurement sees a full copy where there is one
+    for rank in ("rank0", "rank1"):
+        for way in ("sharded", "sharded_async"):
+            assert section[rank][way]["peak_growth_mb"] < model, (rank, way, section[rank][way])
+    background = section["rank0"]["sharded_async"]
+    assert background["wait_s"] < 0.6 * background["write_s"], background  # the loop waits for a part of the write
+    assert "the loop waits" in render_sharded(section)
