@@ -44,7 +44,7 @@ from interlock.core.registry import Action, Registry
 from interlock.core.run import Run
 from interlock.core.state import TrainerState
 from interlock.core.updates import Interrupt, RestoreState, SaveCheckpoint, SetRunInfo, Update
-from interlock.plugins.checkpoint_io import TorchCheckpointIO
+from interlock.plugins.checkpoint_io import TorchCheckpointIO, is_sharded
 from interlock.plugins.strategy import Strategy
 
 __all__ = [
@@ -358,11 +358,6 @@ def _sio() -> Any:
     from interlock.plugins import sharded_io
 
     return sharded_io
-
-
-def is_sharded(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is a sharded checkpoint directory (one with an ``interlock.json`` manifest)."""
-    return (Path(path) / "interlock.json").is_file()
 
 
 def _write_sharded(run: Run, path: str, state: TrainerState, data_state: Any) -> None:

@@ -64,10 +64,12 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_NODES",
     "MAX_PENDING",
+    "SHARDED_MANIFEST",
     "TorchCheckpointIO",
     "check_bounded",
     "check_serializable",
     "is_lightning_checkpoint",
+    "is_sharded",
     "settle",
 ]
 
@@ -495,6 +497,15 @@ class TorchCheckpointIO:
             self._pending.append((target, self._pool().submit(_remove_after, target, after, saves), False))
         else:
             _remove_after(target, after, saves)
+
+
+#: The file that marks a sharded checkpoint directory (:mod:`interlock.plugins.sharded_io`); it is written last.
+SHARDED_MANIFEST = "interlock.json"
+
+
+def is_sharded(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a sharded checkpoint directory (it has a manifest)."""
+    return (Path(path) / SHARDED_MANIFEST).is_file()
 
 
 def settle(jobs: Iterable[Future[Any]]) -> None:

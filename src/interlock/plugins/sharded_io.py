@@ -52,6 +52,7 @@ from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorS
 from torch.distributed.checkpoint.planner import ReadItem
 
 from interlock.core.errors import CheckpointError
+from interlock.plugins.checkpoint_io import SHARDED_MANIFEST, is_sharded
 
 __all__ = [
     "MANIFEST",
@@ -72,7 +73,7 @@ __all__ = [
 
 SHARDED_FORMAT = "interlock-sharded"
 SHARDED_VERSION = 1
-MANIFEST = "interlock.json"
+MANIFEST = SHARDED_MANIFEST
 META = "meta.ckpt"
 _CHUNK = 8 << 20
 
@@ -154,11 +155,6 @@ class SafeLoadPlanner(DefaultLoadPlanner):
             set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], obj)
         else:
             self.state_dict[read_item.dest_index.fqn] = obj
-
-
-def is_sharded(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is a sharded checkpoint directory (it has a manifest)."""
-    return (Path(path) / MANIFEST).is_file()
 
 
 def _sha256(path: Path) -> str:

@@ -243,8 +243,8 @@ class ShardedCheckpointIO:
 
     def _peers_now(self) -> _Peers:
         """The worker's process group: its own gloo group in background mode, made once (a collective)."""
-        if self._peers is None or self._peers.on != (dist.is_available() and dist.is_initialized()):
-            on = dist.is_available() and dist.is_initialized()
+        on = dist.is_available() and dist.is_initialized()
+        if self._peers is None or self._peers.on != on:
             self._peers = _Peers(dist.new_group(backend="gloo") if on and self.background else None)
         return self._peers
 

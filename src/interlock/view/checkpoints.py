@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from interlock.core.errors import CheckpointError
-from interlock.plugins.checkpoint_io import TorchCheckpointIO
-from interlock.view.runs import SHARDED_MANIFEST, files
+from interlock.plugins.checkpoint_io import SHARDED_MANIFEST, TorchCheckpointIO
+from interlock.view.runs import files
 
 __all__ = ["checkpoint_rows", "resume_command"]
 

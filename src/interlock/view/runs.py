@@ -18,6 +18,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from interlock.core.errors import InterlockError
+from interlock.plugins.checkpoint_io import SHARDED_MANIFEST, is_sharded
 
 __all__ = [
     "MARKERS",
@@ -135,9 +136,6 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-SHARDED_MANIFEST = "interlock.json"  # what marks a sharded checkpoint directory (interlock.plugins.sharded_io)
-
-
 def files(run: Path) -> Iterator[tuple[str, os.stat_result]]:
     """The checkpoints of a run (name, stat), symlinks left out; a sharded directory by its manifest's stat."""
     folder = run / "checkpoints"
@@ -148,5 +146,5 @@ def files(run: Path) -> Iterator[tuple[str, os.stat_result]]:
             continue
         if path.is_file():
             yield path.name, path.stat()
-        elif (path / SHARDED_MANIFEST).is_file():  # rewritten by every save of the directory
+        elif is_sharded(path):  # by its manifest, written anew by every save of the directory
             yield path.name, (path / SHARDED_MANIFEST).stat()
