@@ -2,22 +2,41 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import importlib.util
 import inspect
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 import torch
 
 from interlock.core.logging import LogEntry, check_reduce
 
-__all__ = ["AttributeDict", "ManualOptimizer", "Module", "ModuleView", "StepOutput", "provide_checkpoint_loader"]
+__all__ = [
+    "AttributeDict", "ManualOptimizer", "Module", "ModuleView", "StepOutput", "provide_checkpoint_loader",
+    "takes_batch_idx",
+]  # fmt: skip
 
 StepOutput = torch.Tensor | Mapping[str, Any] | None
 M = TypeVar("M", bound="Module")
 _PLAIN = (type(None), bool, int, float, str)
 _loader: list[Callable[..., Any]] = []  # filled by the layer that reads checkpoints (connectors.weights)
+
+
+def takes_batch_idx(step: Callable[..., Any]) -> bool:
+    """Whether a step method takes ``batch_idx`` (Lightning's rule: named so, ``*args``, or two parameters or more).
+
+    ``training_step(self, batch)`` is called with the batch alone, as Lightning calls it.
+    """
+    fn = getattr(step, "__wrapped__", step)
+    try:
+        spec = inspect.getfullargspec(fn)
+    except TypeError:  # no signature to read (a builtin): pass it
+        return True
+    args = spec.args[1:] if inspect.ismethod(fn) or (spec.args[:1] == ["self"]) else spec.args
+    return "batch_idx" in args or spec.varargs is not None or len(args) >= 2
 
 
 def provide_checkpoint_loader(loader: Callable[..., Any]) -> None:
@@ -59,6 +78,67 @@ def _plain_error(value: Any) -> str:
     return f"a {type(value).__module__}.{type(value).__qualname__}"
 
 
+#: What Lightning's LightningModule offers that an interlock Module does not, and what to use instead.
+_LIGHTNING_ONLY = {
+    "fabric": "an interlock Module is run by interlock.Trainer, never by Lightning Fabric, so it has no .fabric; "
+    "use self.global_rank / self.device / self.all_gather(...) for what Fabric offered",
+    "device_mesh": "interlock has no ModelParallelStrategy device mesh; use Trainer(strategy='fsdp') for sharding",
+    "to_tensorrt": "interlock does not export to TensorRT; export with self.to_onnx(...) and build the engine with "
+    "TensorRT's own tools",
+    "strict_loading": "interlock loads weights strictly; pass strict=False to Module.load_from_checkpoint(...)",
+    "CHECKPOINT_HYPER_PARAMS_KEY": "interlock checkpoints keep hyper-parameters in state['hparams']; read them "
+    "with Module.load_from_checkpoint(path).hparams",
+    "CHECKPOINT_HYPER_PARAMS_NAME": "interlock checkpoints keep hyper-parameters in state['hparams']",
+    "CHECKPOINT_HYPER_PARAMS_TYPE": "interlock checkpoints keep hyper-parameters in state['hparams']",
+    "remove_ignored_hparams": "use save_hyperparameters(ignore=[...]) in __init__",
+}
+
+
+def _as_tensors(data: Any, device: torch.device) -> Any:
+    """Numbers as tensors on ``device``, tensors moved there, inside any nesting of dicts, lists and tuples."""
+    if isinstance(data, torch.Tensor):
+        return data.to(device)
+    if isinstance(data, bool | int | float):
+        return torch.tensor(data, device=device)
+    if isinstance(data, Mapping):
+        return type(data)({k: _as_tensors(v, device) for k, v in data.items()})  # type: ignore[call-arg]
+    if isinstance(data, list | tuple):
+        return type(data)(_as_tensors(v, device) for v in data)
+    return data
+
+
+def _to_device(data: Any, device: torch.device) -> Any:
+    """Tensors inside ``data`` moved to ``device`` (everything else as it is)."""
+    if isinstance(data, torch.Tensor):
+        return data.to(device)
+    if isinstance(data, Mapping):
+        return type(data)({k: _to_device(v, device) for k, v in data.items()})  # type: ignore[call-arg]
+    if isinstance(data, list | tuple):
+        return type(data)(_to_device(v, device) for v in data)
+    return data
+
+
+def _gather(data: Any, group: Any, sync_grads: bool) -> Any:
+    """``all_gather`` of every tensor inside ``data``: stacked across processes, as they are in one process."""
+    if isinstance(data, Mapping):
+        return type(data)({k: _gather(v, group, sync_grads) for k, v in data.items()})  # type: ignore[call-arg]
+    if isinstance(data, list | tuple):
+        return type(data)(_gather(v, group, sync_grads) for v in data)
+    if not isinstance(data, torch.Tensor):
+        return data
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) == 1:
+        return data
+    tensor = data.contiguous()
+    if sync_grads:
+        import torch.distributed.nn.functional as dist_fn
+
+        return torch.stack(dist_fn.all_gather(tensor, group=group or dist.group.WORLD))
+    out = [torch.empty_like(tensor) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(out, tensor, group=group)
+    return torch.stack(out)
+
+
 _NO_TRAINER = (
     "an interlock Module has no .trainer: the module never holds the trainer. Read the epoch and step with "
     "self.current_epoch / self.global_step, log with self.log(...), reach optimizers with self.optimizers(); "
@@ -72,7 +152,10 @@ class ModuleView:
     The runtime sets one on the module for the stage (``Module.attach``); it is not the trainer.
     """
 
-    __slots__ = ("backward", "counters", "optimizer_step", "optimizers", "schedulers")
+    __slots__ = (
+        "backward", "counters", "global_rank", "local_rank", "loggers", "optimizer_step", "optimizers", "precision",
+        "schedulers", "world_size",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -81,9 +164,17 @@ class ModuleView:
         schedulers: list[Any],
         backward: Callable[..., None],
         optimizer_step: Callable[..., Any] | None = None,
+        *,
+        global_rank: int = 0,
+        local_rank: int = 0,
+        world_size: int = 1,
+        loggers: Sequence[Any] = (),
+        precision: str = "32-true",
     ) -> None:
         self.counters, self.optimizers, self.schedulers, self.backward = counters, optimizers, schedulers, backward
         self.optimizer_step = optimizer_step
+        self.global_rank, self.local_rank, self.world_size = global_rank, local_rank, world_size
+        self.loggers, self.precision = list(loggers), precision
 
 
 class ManualOptimizer:
@@ -128,6 +219,11 @@ class Module(torch.nn.Module):
 
     metric_modes: ClassVar[Mapping[str, str]] = {}
     automatic_optimization: bool = True
+    #: properties TorchScript leaves alone (to_torchscript), as Lightning lists them
+    __jit_unused_properties__: ClassVar[list[str]] = [
+        "hparams", "hparams_initial", "current_epoch", "global_step", "device", "dtype", "on_gpu", "global_rank",
+        "local_rank", "precision", "loggers", "logger", "example_input_array",
+    ]  # fmt: skip
 
     @property
     def hparams(self) -> AttributeDict:
@@ -365,6 +461,154 @@ class Module(torch.nn.Module):
         else:
             raise ValueError(f"gradient_clip_algorithm={algorithm!r}; choose 'norm' or 'value'")
 
+    # -- Lightning's attributes --------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        """Where the module's first parameter (or buffer) lives; the CPU when it has none (Lightning's)."""
+        for param in self.parameters():
+            return param.device
+        for buffer in self.buffers():
+            return buffer.device
+        return torch.device("cpu")
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of the module's first floating parameter (torch's default dtype when it has none)."""
+        for tensor in self.parameters():
+            if tensor.is_floating_point():
+                return tensor.dtype
+        return torch.get_default_dtype()
+
+    @property
+    def on_gpu(self) -> bool:
+        """Whether the module is on a CUDA device (Lightning's)."""
+        return self.device.type == "cuda"
+
+    def _shown(self, name: str, default: Any) -> Any:
+        view = self.__dict__.get("_interlock_view")
+        return default if view is None else getattr(view, name)
+
+    @property
+    def global_rank(self) -> int:
+        """The index of this process among all processes of the run; 0 outside a run."""
+        return int(self._shown("global_rank", 0))
+
+    @property
+    def local_rank(self) -> int:
+        """The index of this process on its machine; 0 outside a run."""
+        return int(self._shown("local_rank", 0))
+
+    @property
+    def precision(self) -> str:
+        """The run's precision flag (``"32-true"``, ``"bf16-mixed"``, ...); ``"32-true"`` outside a run."""
+        return str(self._shown("precision", "32-true"))
+
+    @property
+    def loggers(self) -> list[Any]:
+        """The run's logger listeners (``CSVLogger``, ``TensorBoardLogger``); ``[]`` without one or outside a run."""
+        return list(self._shown("loggers", ()))
+
+    @property
+    def logger(self) -> Any:
+        """The run's first logger listener, or ``None`` (Lightning's ``self.logger``)."""
+        loggers = self.loggers
+        return loggers[0] if loggers else None
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` in the process of global rank 0 only (Lightning's)."""
+        if self.global_rank == 0:
+            print(*args, **kwargs)
+
+    def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
+        """Every process's ``data`` (tensors, numbers, or collections of them), stacked on a new first dimension.
+
+        Lightning's meaning: in one process the tensors come back as they are (no new dimension);
+        under DDP each becomes ``(world_size, ...)``. ``sync_grads=True`` lets gradients flow back.
+        """
+        return _gather(_as_tensors(data, self.device), group, sync_grads)
+
+    @property
+    def example_input_array(self) -> Any:
+        """An input ``forward`` accepts (a tensor, a tuple of positional args or a dict of keyword args), or None."""
+        return self.__dict__.get("_example_input_array")
+
+    @example_input_array.setter
+    def example_input_array(self, example: Any) -> None:
+        self.__dict__["_example_input_array"] = example
+
+    @property
+    def hparams_initial(self) -> AttributeDict:
+        """A copy of :attr:`hparams` (Lightning's ``hparams_initial``; interlock records them once, at init)."""
+        return AttributeDict(copy.deepcopy(dict(self.hparams)))
+
+    def freeze(self) -> Module:
+        """No parameter requires grad, and eval mode (for inference); returns the module."""
+        for param in self.parameters():
+            param.requires_grad = False
+        return self.eval()
+
+    def unfreeze(self) -> Module:
+        """Every parameter requires grad, and training mode; returns the module."""
+        for param in self.parameters():
+            param.requires_grad = True
+        return self.train()
+
+    @contextlib.contextmanager
+    def toggled_optimizer(self, optimizer: Any) -> Iterator[None]:
+        """:meth:`toggle_optimizer` for the ``with`` block, then :meth:`untoggle_optimizer`."""
+        self.toggle_optimizer(optimizer)
+        try:
+            yield
+        finally:
+            self.untoggle_optimizer(optimizer)
+
+    def _example(self, given: Any, what: str, flag: str) -> Any:
+        if given is not None:
+            return given
+        if self.example_input_array is None:
+            raise ValueError(
+                f"{type(self).__name__}.{what} needs an input to trace: pass {flag}=..., or set "
+                "self.example_input_array in __init__"
+            )
+        return self.example_input_array
+
+    @torch.no_grad()
+    def to_onnx(self, file_path: Any = None, input_sample: Any = None, **kwargs: Any) -> Any:
+        """Export to ONNX with ``torch.onnx.export`` (Lightning's); needs the ``onnx`` package."""
+        if importlib.util.find_spec("onnx") is None:
+            raise ImportError(
+                f"{type(self).__name__}.to_onnx() needs the onnx package: pip install onnx (or export with "
+                "torch.onnx.export(model, input_sample, path) yourself)"
+            )
+        mode = self.training
+        sample = _to_device(self._example(input_sample, "to_onnx()", "input_sample"), self.device)
+        out = torch.onnx.export(
+            self, sample, str(file_path) if isinstance(file_path, os.PathLike) else file_path, **kwargs
+        )
+        self.train(mode)
+        return out
+
+    @torch.no_grad()
+    def to_torchscript(
+        self, file_path: str | os.PathLike[str] | None = None, method: str = "script", example_inputs: Any = None,
+        **kwargs: Any,
+    ) -> Any:  # fmt: skip
+        """The module as TorchScript, by ``torch.jit.script`` or ``"trace"`` (Lightning's); saved when ``file_path``."""
+        mode = self.training
+        if method == "script":
+            scripted = torch.jit.script(self.eval(), **kwargs)
+        elif method == "trace":
+            inputs = _to_device(
+                self._example(example_inputs, "to_torchscript(method='trace')", "example_inputs"), self.device
+            )
+            scripted = torch.jit.trace(self.eval(), example_inputs=inputs, **kwargs)
+        else:
+            raise ValueError(f"to_torchscript(method={method!r}); choose 'script' or 'trace'")
+        self.train(mode)
+        if file_path is not None:
+            torch.jit.save(scripted, str(file_path))
+        return scripted
+
     def __getstate__(self) -> dict[str, Any]:
         """Pickled and deep-copied without the running stage's view and the log buffer."""
         state = dict(super().__getstate__())
@@ -376,4 +620,9 @@ class Module(torch.nn.Module):
     def __getattr__(self, name: str) -> Any:
         if name == "trainer":
             raise AttributeError(_NO_TRAINER)
-        return super().__getattr__(name)
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name in _LIGHTNING_ONLY:
+                raise AttributeError(f"{type(self).__name__}.{name}: {_LIGHTNING_ONLY[name]}") from None
+            raise

@@ -102,6 +102,8 @@ class Run:
     restore_checks: tuple[Callable[[TrainerState, str], TrainerState], ...] = ()
     #: the chart being run (set by the runtime): where a saved state resumes
     chart: Chart | None = None
+    #: the trainer's logger listeners (what the module sees as ``self.loggers``)
+    loggers: tuple[Any, ...] = ()
 
     @property
     def state(self) -> TrainerState:

@@ -29,6 +29,7 @@ import torch
 from interlock.connectors.data import Feed, feed_key, loader_count
 from interlock.connectors.metrics import batch_size, logged_values, scalars
 from interlock.core.logging import AddLogged, take
+from interlock.core.module import takes_batch_idx
 from interlock.core.registry import Action, Guard, Registry
 from interlock.core.run import Run
 from interlock.core.updates import AddEvalSums, AppendHistory, LogMetrics, Update
@@ -84,6 +85,14 @@ def _check_takes_index(module: Any, name: str, count: int) -> None:
         return
 
 
+_LOOPS = {"val": "validation", "test": "test", "predict": "predict"}
+
+
+def _own_hook(module: Any, name: str) -> Any:
+    """The module's bound method ``name`` when its class defines one, else ``None``."""
+    return getattr(module, name) if callable(getattr(type(module), name, None)) else None
+
+
 def _params(params: Mapping[str, Any], action: str) -> tuple[str, str]:
     try:
         return str(params["data"]), str(params["step"])
@@ -96,12 +105,13 @@ def register(reg: Registry) -> None:
 
     @reg.action("eval.open")
     def open_(run: Run, params: Mapping[str, Any]) -> Action:
-        """Switch the module to eval mode and open the loop's data at its position."""
+        """Switch the module to eval mode (its ``on_<loop>_model_eval`` if it has one) and open the loop's data."""
         key, _ = _params(params, "eval.open")
+        to_eval = _own_hook(run.module, f"on_{_LOOPS.get(key, key)}_model_eval") or run.module.eval
 
         def act() -> None:
             run.extras[f"interlock.was_training.{key}"] = run.module.training
-            run.module.eval()
+            to_eval()  # the module's on_validation_model_eval / on_test_model_eval / ... when it has one
             _open(run, params, _current(run, key), run.counters.eval_batch_idx)
 
         return act
@@ -137,12 +147,15 @@ def register(reg: Registry) -> None:
     def close(run: Run, params: Mapping[str, Any]) -> Action:
         """Put the module back in the mode it had before the loop; drop the loop's iterator."""
         key, _ = _params(params, "eval.close")
+        to_train = _own_hook(run.module, f"on_{_LOOPS.get(key, key)}_model_train")
 
         def act() -> None:
             for i in range(loader_count(run.feeds, key)):
                 run.feeds[feed_key(key, i)].it = None
             was = run.extras.pop(f"interlock.was_training.{key}", None)
-            if was is not None:
+            if to_train is not None:  # the module's on_validation_model_train / on_test_model_train
+                to_train()
+            elif was is not None:
                 run.module.train(was)
 
         return act
@@ -186,6 +199,8 @@ def register(reg: Registry) -> None:
         step, counters = run.step, run.counters
         mdict = run.module.__dict__
         count = 0
+        own = getattr(type(run.module), name, None)
+        with_idx = own is None or takes_batch_idx(getattr(run.module, name))
 
         def infer() -> int:
             return batch_size(step.batch)
@@ -200,7 +215,10 @@ def register(reg: Registry) -> None:
             call = run.hardware.precision.forward(fn, run.device.type)
             extra = (counters.eval_loader,) if count > 1 else ()  # Lightning: only with several loaders
             with torch.no_grad():
-                step.outputs = outputs = call(step.batch, step.index, *extra)
+                if with_idx:
+                    step.outputs = outputs = call(step.batch, step.index, *extra)
+                else:  # step(self, batch[, dataloader_idx]): Lightning leaves batch_idx out
+                    step.outputs = outputs = call(step.batch, *extra)
             if collect:
                 if count > 1:  # one list of predictions per loader
                     while len(run.predictions) <= counters.eval_loader:

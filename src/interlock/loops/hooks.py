@@ -142,9 +142,15 @@ def register(reg: Registry) -> None:
             check_hook_names(module)
             precision = run.hardware.precision
             if hasattr(module, "attach"):
+                strategy = run.hardware.strategy
                 view = ModuleView(
-                    run.counters, run.optimizers, run.schedulers, precision.backward, precision.optimizer_step
-                )
+                    run.counters, run.optimizers, run.schedulers, precision.backward, precision.optimizer_step,
+                    global_rank=int(getattr(strategy, "global_rank", 0)),
+                    local_rank=int(getattr(strategy, "local_rank", 0)),
+                    world_size=int(getattr(strategy, "world_size", 1)),
+                    loggers=run.loggers,
+                    precision=precision.flag,
+                )  # fmt: skip
                 module.attach(view)
 
         return act

@@ -16,10 +16,42 @@ from interlock.core.registry import Action, Guard, Registry
 from interlock.core.run import Run
 from interlock.core.updates import SetStatus
 
-__all__ = ["register", "require"]
+__all__ = ["UNCALLED", "check_module", "register", "require"]
 
 #: The module methods each stage calls (``validation_step`` only when there is validation data).
 REQUIRED = {"fit": ("training_step", "configure_optimizers"), "validate": ("validation_step",), "test": ("test_step",)}
+
+
+#: Lightning module methods interlock does not call, and what to write instead: defining one is an error at set-up.
+UNCALLED = {
+    "configure_sharded_model": "Lightning 2.1 renamed it configure_model(); define configure_model() instead",
+    "on_validation_model_zero_grad": "interlock leaves the gradients as they are when validation starts inside fit; "
+    "zero them in on_validation_start() if you need to",
+    "training_step_end": "removed in Lightning 2.0 (Lightning raises too): do the work in training_step",
+    "validation_step_end": "removed in Lightning 2.0: do the work in validation_step",
+    "test_step_end": "removed in Lightning 2.0: do the work in test_step",
+    "training_epoch_end": "removed in Lightning 2.0: use on_train_epoch_end() and keep the outputs yourself",
+    "validation_epoch_end": "removed in Lightning 2.0: use on_validation_epoch_end()",
+    "test_epoch_end": "removed in Lightning 2.0: use on_test_epoch_end()",
+}
+_LIGHTNING_MODULES = {
+    ("pytorch_lightning.core.module", "LightningModule"),
+    ("lightning.pytorch.core.module", "LightningModule"),
+}
+
+
+def check_module(module: Any) -> None:
+    """Refuse, at set-up, a Lightning ``LightningModule`` and any override interlock would never call."""
+    for cls in type(module).__mro__:
+        if (cls.__module__, cls.__name__) in _LIGHTNING_MODULES:
+            raise TypeError(
+                f"{type(module).__name__} subclasses {cls.__module__.split('.core')[0]}.LightningModule, whose "
+                "self.log and hooks talk to a Lightning trainer, so interlock.Trainer cannot run it faithfully: "
+                "subclass interlock.lightning.LightningModule instead (change the import; the rest stays)"
+            )
+    for name, instead in UNCALLED.items():
+        if callable(getattr(type(module), name, None)):
+            raise TypeError(f"{type(module).__name__}.{name}() is never called by interlock: {instead}")
 
 
 def require(module: Any, stage: str, has_val: bool) -> None:
@@ -62,8 +94,13 @@ def register(reg: Registry) -> None:
 
     @reg.action("module.check")
     def check(run: Run, params: Mapping[str, Any]) -> Action:
-        """The module has every method this stage calls."""
-        return lambda: require(run.module, run.stage, run.plan.loaders.get("val") is not None)
+        """The module is an interlock one, has every method this stage calls and no override interlock never calls."""
+
+        def act() -> None:
+            check_module(run.module)
+            require(run.module, run.stage, run.plan.loaders.get("val") is not None)
+
+        return act
 
     @reg.payload_key("exception")
     def exception(run: Run) -> Any:

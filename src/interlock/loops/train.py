@@ -15,6 +15,7 @@ from typing import Any
 
 from interlock.connectors.metrics import batch_size, loss_of
 from interlock.core.logging import take
+from interlock.core.module import takes_batch_idx
 from interlock.core.registry import Action, Registry
 from interlock.core.run import Run
 
@@ -46,6 +47,7 @@ def register(reg: Registry) -> None:
         feed: Any = None
         mdict = run.module.__dict__  # what the module logs is buffered here (self.log)
         manual = getattr(run.module, "automatic_optimization", True) is False
+        with_idx = takes_batch_idx(getattr(run.module, "training_step"))  # noqa: B009  # training_step(self, batch) gets the batch alone
 
         def infer() -> int:
             return batch_size(step.batch)
@@ -58,7 +60,8 @@ def register(reg: Registry) -> None:
             fn: Any = steps.get("training_step") or run.module.training_step
             if wrap is not None:
                 fn = wrap(fn, run.device.type)
-            step.outputs = feed.last_outputs = outputs = fn(step.batch, step.index)
+            outputs = fn(step.batch, step.index) if with_idx else fn(step.batch)
+            step.outputs = feed.last_outputs = outputs
             step.loss = loss_of(outputs) if not manual else None
             logs = mdict.get("_interlock_logs")
             return take(logs, "training_step", "train", infer) if logs else None

@@ -54,6 +54,7 @@ class Session:
     checkpoint_io: TorchCheckpointIO = attrs.field(factory=lambda: TorchCheckpointIO(background=True))
     preempt_signals: tuple[int, ...] = attrs.field(factory=preemption_signals)
     restore_checks: tuple[Callable[[TrainerState, str], TrainerState], ...] = ()
+    loggers: tuple[Any, ...] = ()
 
     def run(
         self,
@@ -85,6 +86,7 @@ class Session:
             signals=Signals(PreemptionFlag((*self.preempt_signals, int(signal.SIGINT)) if stage == "fit" else ())),
             checkpoint_io=self.checkpoint_io,
             restore_checks=self.restore_checks,
+            loggers=self.loggers,
         )
         try:
             self.runtime.run(stage, run)

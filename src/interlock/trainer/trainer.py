@@ -18,6 +18,8 @@ from interlock.core.events import EventBus, Handler, Listener, Observer, order_l
 from interlock.core.module import Module
 from interlock.core.run import Run
 from interlock.core.state import TrainerState
+from interlock.listeners.csv_logger import CSVLogger
+from interlock.listeners.tensorboard import TensorBoardLogger
 from interlock.loops import default_registry
 from interlock.trainer.flags import check_lightning_flags, check_model_summary, resolve_listeners
 from interlock.trainer.runtime import Runtime
@@ -205,6 +207,7 @@ class Trainer:
             self.runtime.state.run_dir,
             self.seed,
             restore_checks=checks,
+            loggers=tuple(x for x in self.listeners if isinstance(x, CSVLogger | TensorBoardLogger)),
         )
 
     def _launch(self, module: Module, call: Callable[[Session], Any]) -> Any:
