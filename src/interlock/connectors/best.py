@@ -13,13 +13,14 @@ __all__ = ["best_checkpoint"]
 
 def best_checkpoint(listeners: Iterable[Any], state: TrainerState, method: str) -> str:
     """``ckpt_path="best"``: the best file of the first ``ModelCheckpoint`` in this trainer's fit (as Lightning)."""
-    keepers = [item for item in listeners if callable(getattr(item, "best_model_path", None))]
+    keepers = [item for item in listeners if hasattr(type(item), "best_model_path")]
     if not keepers:
         raise CheckpointError(
             f'Trainer.{method}(ckpt_path="best") needs a ModelCheckpoint listener, and this trainer has none: '
             "add ModelCheckpoint(monitor=...) to listeners, or pass a checkpoint path"
         )
-    best = str(keepers[0].best_model_path(state))
+    found = keepers[0].best_model_path  # a method of the state, or (interlock.lightning's) an attribute
+    best = str(found(state) if callable(found) else found)
     if not best:
         raise CheckpointError(
             f'Trainer.{method}(ckpt_path="best"): this trainer\'s ModelCheckpoint has saved no checkpoint yet '

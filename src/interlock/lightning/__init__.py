@@ -1,16 +1,19 @@
 """Lightning's public import paths, backed by interlock: switch ``lightning.pytorch`` to ``interlock.lightning``.
 
 A thin adapter onto the native API, not a second trainer: ``LightningModule`` is
-:class:`interlock.Module`, ``Trainer`` is :class:`interlock.Trainer` taking Lightning's
-arguments, and a Lightning-style ``Callback`` is run by an adapter listener at Lightning's
-moments. The native API stays the documented way (docs/porting.md); this is the on-ramp.
+:class:`interlock.Module`, ``LightningDataModule`` is :class:`interlock.DataModule`, ``Trainer``
+is :class:`interlock.Trainer` (Lightning's flags) with the attributes Lightning code reads after
+a run, and ``callbacks``, ``loggers``, ``cli``, ``utilities`` and ``demos`` mirror Lightning's
+modules of those names. ``import pytorch_lightning as pl`` and ``import lightning.pytorch as pl``
+both become ``import interlock.lightning as pl``. The native API stays the documented way
+(docs/porting.md); this is the on-ramp.
 """
 
 from __future__ import annotations
 
-from interlock.connectors.rng import seed_everything
 from interlock.core.datamodule import DataModule as LightningDataModule
 from interlock.core.module import Module as LightningModule
-from interlock.trainer.trainer import Trainer
+from interlock.lightning.trainer import Trainer
+from interlock.lightning.utilities.seed import seed_everything
 
 __all__ = ["LightningDataModule", "LightningModule", "Trainer", "seed_everything"]

@@ -1,0 +1,234 @@
+"""Lightning's ``callbacks`` names: interlock's listeners, taking Lightning's constructor arguments.
+
+``ModelCheckpoint``, ``EarlyStopping``, ``LearningRateMonitor``, ``Timer`` and
+``TQDMProgressBar`` (``ProgressBar``) are the native listeners. Lightning's attributes that
+read run state (``best_model_path``, ``best_model_score``, ``time_elapsed()``) read the state
+of the trainer that last ran them. A Lightning argument interlock cannot honour raises at
+construction, and a Lightning callback class with no interlock equivalent raises ``ImportError``
+naming the alternative when imported.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from interlock.core.state import TrainerState
+from interlock.lightning._refuse import missing, refuse_value
+from interlock.listeners import EarlyStopping as _EarlyStopping
+from interlock.listeners import LearningRateMonitor as _LearningRateMonitor
+from interlock.listeners import ModelCheckpoint as _ModelCheckpoint
+from interlock.listeners import ProgressBar as _ProgressBar
+from interlock.listeners import Timer as _Timer
+
+__all__ = [
+    "EarlyStopping",
+    "LearningRateMonitor",
+    "ModelCheckpoint",
+    "ProgressBar",
+    "TQDMProgressBar",
+    "Timer",
+]
+
+
+class _Bound:
+    """Reads the state of the trainer that runs this listener (bound by ``interlock.lightning.Trainer``)."""
+
+    _state_source: Callable[[], TrainerState] | None = None
+
+    def bind_state(self, source: Callable[[], TrainerState]) -> None:
+        self._state_source = source
+
+    def _bound_state(self, what: str) -> TrainerState:
+        if self._state_source is None:
+            raise RuntimeError(
+                f"{type(self).__name__}.{what} reads the run's state, and this callback has not run in an "
+                "interlock.lightning.Trainer yet; pass it to Trainer(callbacks=[...]) and fit first "
+                f"(with the native interlock.Trainer, call the listener's method with trainer.state)"
+            )
+        return self._state_source()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_state_source": None}
+
+
+class ModelCheckpoint(_Bound, _ModelCheckpoint):
+    """Lightning's ``ModelCheckpoint(dirpath, filename, monitor, ...)``; ``best_model_path`` etc. are attributes."""
+
+    def __init__(
+        self,
+        dirpath: str | os.PathLike[str] | None = None,
+        filename: str | None = None,
+        monitor: str | None = None,
+        verbose: bool = False,
+        save_last: bool | None = None,
+        save_top_k: int = 1,
+        save_on_exception: bool = False,
+        save_weights_only: bool = False,
+        mode: str = "min",
+        auto_insert_metric_name: bool = True,
+        every_n_train_steps: int | None = None,
+        train_time_interval: datetime.timedelta | None = None,
+        every_n_epochs: int | None = None,
+        save_on_train_epoch_end: bool | None = None,
+        enable_version_counter: bool = True,
+    ) -> None:
+        refuse_value(
+            "ModelCheckpoint", "save_last", save_last, (None, True, False), "use save_last=True (a copy, not a link)"
+        )
+        refuse_value(
+            "ModelCheckpoint",
+            "save_on_exception",
+            save_on_exception,
+            (False,),
+            "interlock saves last.ckpt on preemption and Ctrl-C by itself (docs/resuming.md)",
+        )
+        super().__init__(
+            dirpath=dirpath,
+            filename=filename,
+            monitor=monitor,
+            mode=mode,
+            save_top_k=save_top_k,
+            save_last=save_last,
+            every_n_train_steps=every_n_train_steps,
+            every_n_epochs=every_n_epochs,
+            train_time_interval=train_time_interval,
+            verbose=verbose,
+            auto_insert_metric_name=auto_insert_metric_name,
+            save_on_train_epoch_end=save_on_train_epoch_end,
+            enable_version_counter=enable_version_counter,
+            save_weights_only=save_weights_only,
+        )
+
+    @property
+    def best_model_path(self) -> str:  # type: ignore[override]
+        return _ModelCheckpoint.best_model_path(self, self._bound_state("best_model_path"))
+
+    @property
+    def best_model_score(self) -> torch.Tensor | None:  # type: ignore[override]
+        score = _ModelCheckpoint.best_model_score(self, self._bound_state("best_model_score"))
+        return None if score is None else torch.tensor(score)
+
+    @property
+    def last_model_path(self) -> str:  # type: ignore[override]
+        return _ModelCheckpoint.last_model_path(self, self._bound_state("last_model_path"))
+
+    @property
+    def best_k_models(self) -> dict[str, torch.Tensor | None]:  # type: ignore[override]
+        kept = _ModelCheckpoint.best_k_models(self, self._bound_state("best_k_models"))
+        return {p: None if s is None else torch.tensor(s) for p, s in kept.items()}
+
+
+class EarlyStopping(_EarlyStopping):
+    """Lightning's ``EarlyStopping(monitor, min_delta, patience, ...)``."""
+
+    def __init__(
+        self,
+        monitor: str,
+        min_delta: float = 0.0,
+        patience: int = 3,
+        verbose: bool = False,
+        mode: str = "min",
+        strict: bool = True,
+        check_finite: bool = True,
+        stopping_threshold: float | None = None,
+        divergence_threshold: float | None = None,
+        check_on_train_epoch_end: bool | None = None,
+        log_rank_zero_only: bool = False,
+    ) -> None:
+        if not isinstance(log_rank_zero_only, bool):
+            raise ValueError(f"EarlyStopping(log_rank_zero_only={log_rank_zero_only!r}) must be True or False")
+        super().__init__(
+            monitor=monitor,
+            min_delta=min_delta,
+            patience=patience,
+            verbose=verbose,
+            mode=mode,
+            strict=strict,
+            check_finite=check_finite,
+            stopping_threshold=stopping_threshold,
+            divergence_threshold=divergence_threshold,
+            check_on_train_epoch_end=check_on_train_epoch_end,
+        )
+        self.log_rank_zero_only = log_rank_zero_only  # interlock's messages come from rank 0 only either way
+
+
+class LearningRateMonitor(_LearningRateMonitor):
+    """Lightning's ``LearningRateMonitor(logging_interval)``; momentum and weight decay logging are not supported."""
+
+    def __init__(
+        self, logging_interval: str | None = None, log_momentum: bool = False, log_weight_decay: bool = False
+    ) -> None:
+        instead = "log it yourself from the module: self.log('momentum', opt.param_groups[0]['betas'][0])"
+        refuse_value("LearningRateMonitor", "log_momentum", log_momentum, (False,), instead)
+        refuse_value("LearningRateMonitor", "log_weight_decay", log_weight_decay, (False,), instead)
+        super().__init__(logging_interval=logging_interval)
+
+
+class Timer(_Bound, _Timer):
+    """Lightning's ``Timer(duration, interval, verbose)``; ``time_elapsed()`` reads the last run's state."""
+
+    def __init__(
+        self,
+        duration: str | datetime.timedelta | Mapping[str, float] | None = None,
+        interval: str = "step",
+        verbose: bool = True,
+    ) -> None:
+        super().__init__(duration=duration, interval=interval)
+        self.verbose = bool(verbose)  # the stop reason names the limit; interlock prints it at the stop
+
+    def time_elapsed(self, stage: Any = "train") -> float:
+        """Training seconds so far (Lightning's ``time_elapsed("train")``; only the training time is measured)."""
+        if isinstance(stage, TrainerState):
+            return _Timer.time_elapsed(self, stage)
+        refuse_value("Timer.time_elapsed", "stage", stage, ("train",), "interlock measures the training time only")
+        return _Timer.time_elapsed(self, self._bound_state("time_elapsed"))
+
+    def time_remaining(self, stage: Any = "train") -> float | None:
+        if isinstance(stage, TrainerState):
+            return _Timer.time_remaining(self, stage)
+        refuse_value("Timer.time_remaining", "stage", stage, ("train",), "interlock measures the training time only")
+        return _Timer.time_remaining(self, self._bound_state("time_remaining"))
+
+
+class TQDMProgressBar(_ProgressBar):
+    """Lightning's ``TQDMProgressBar(refresh_rate, process_position, leave)``."""
+
+    def __init__(self, refresh_rate: int = 1, process_position: int = 0, leave: bool = False) -> None:
+        refuse_value(
+            "TQDMProgressBar", "process_position", process_position, (0,), "interlock's bar takes the first line"
+        )
+        super().__init__(refresh_rate=refresh_rate, leave=leave)
+
+
+ProgressBar = TQDMProgressBar
+
+_NATIVE = "write an interlock.Listener (docs/listeners.md)"
+__getattr__ = missing(
+    "interlock.lightning.callbacks",
+    {
+        "BatchSizeFinder": "choose the batch size yourself; interlock has no batch-size finder",
+        "LearningRateFinder": "interlock has no learning-rate finder; pick the rate with a short sweep of fits",
+        "DeviceStatsMonitor": f"log torch.cuda.memory_stats() from the module, or {_NATIVE}",
+        "BackboneFinetuning": f"freeze and unfreeze parameters in module hooks (on_train_epoch_start), or {_NATIVE}",
+        "BaseFinetuning": f"freeze and unfreeze parameters in module hooks (on_train_epoch_start), or {_NATIVE}",
+        "GradientAccumulationScheduler": "use Trainer(accumulate_grad_batches=N) (a fixed count)",
+        "LambdaCallback": "use trainer.on('event.name', handler) or an interlock.Listener",
+        "ModelSummary": "print(model) or torchinfo; interlock prints no model summary",
+        "RichModelSummary": "print(model) or torchinfo; interlock prints no model summary",
+        "RichProgressBar": "use TQDMProgressBar (interlock's ProgressBar)",
+        "OnExceptionCheckpoint": "interlock saves last.ckpt on preemption and Ctrl-C by itself (docs/resuming.md)",
+        "BasePredictionWriter": "write trainer.predict(...)'s returned list yourself",
+        "ModelPruning": "call torch.nn.utils.prune from a module hook",
+        "StochasticWeightAveraging": "use torch.optim.swa_utils from module hooks, or " + _NATIVE,
+        "WeightAveraging": "use torch.optim.swa_utils.AveragedModel from module hooks, or " + _NATIVE,
+        "EMAWeightAveraging": "use torch.optim.swa_utils.AveragedModel from module hooks, or " + _NATIVE,
+        "SpikeDetection": "add the FiniteGuard listener (interlock.listeners.FiniteGuard), or " + _NATIVE,
+        "ThroughputMonitor": "the EventTrace listener records each batch's time (interlock trace)",
+        "Checkpoint": "subclass interlock.listeners.ModelCheckpoint, or " + _NATIVE,
+    },
+)

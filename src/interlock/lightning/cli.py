@@ -1,0 +1,261 @@
+"""Lightning's ``LightningCLI``: build the model, data and Trainer from the command line or a config, then run.
+
+The same jsonargparse layout as Lightning's (``--config``, ``--seed_everything``, ``--model.*``,
+``--data.*``, ``--trainer.*``; subcommands ``fit``/``validate``/``test``/``predict`` with
+``run=True``), and the same attributes after it: ``cli.model``, ``cli.datamodule``,
+``cli.trainer``, ``cli.config``. The trainer's flags are interlock's (Lightning's names), read
+from the Trainer's signature as ``interlock``'s own CLI does (src/interlock/cli/config.py).
+The parsed config is written to ``<run dir>/config.yaml`` when a stage starts, as Lightning's
+``SaveConfigCallback`` does.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, cast
+
+from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
+
+from interlock.core.datamodule import DataModule
+from interlock.core.events import Event, Handler, Listener
+from interlock.core.module import Module
+from interlock.core.state import TrainerState
+from interlock.lightning._refuse import refuse_value
+from interlock.lightning.trainer import Trainer
+from interlock.lightning.utilities.seed import seed_everything
+
+__all__ = ["LightningArgumentParser", "LightningCLI", "SaveConfigCallback"]
+
+LightningArgumentParser = ArgumentParser
+
+#: Per subcommand, the Trainer method's arguments the CLI takes (besides the model and data it builds).
+_SUBCOMMANDS: Mapping[str, tuple[str, ...]] = {
+    "fit": ("ckpt_path",),
+    "validate": ("ckpt_path",),
+    "test": ("ckpt_path",),
+    "predict": ("ckpt_path",),
+}
+
+
+class SaveConfigCallback(Listener):
+    """Write the parsed config to ``<run dir>/<config_filename>`` when the first stage starts (on rank 0)."""
+
+    def __init__(
+        self,
+        parser: ArgumentParser,
+        config: Namespace,
+        config_filename: str = "config.yaml",
+        overwrite: bool = False,
+        multifile: bool = False,
+        save_to_log_dir: bool = True,
+    ) -> None:
+        refuse_value("SaveConfigCallback", "multifile", multifile, (False,), "one config.yaml is written")
+        refuse_value(
+            "SaveConfigCallback", "save_to_log_dir", save_to_log_dir, (True,), "pass save_config_callback=None"
+        )
+        self.parser, self.config = parser, config
+        self.config_filename, self.overwrite = config_filename, overwrite
+        self.saved = False
+
+    def subscriptions(self) -> Iterator[tuple[str, Handler, int | None, bool | int]]:
+        for stage in _SUBCOMMANDS:
+            yield f"{stage}.start", self.on_stage_start, None, False
+
+    def on_stage_start(self, event: Event, state: TrainerState) -> None:
+        if self.saved or not state.is_global_zero or not state.run_dir:
+            return
+        path = Path(state.run_dir) / self.config_filename
+        if path.exists() and not self.overwrite:
+            raise RuntimeError(
+                f"SaveConfigCallback: {path} exists; pass save_config_kwargs={{'overwrite': True}} to replace it"
+            )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.parser.save(self.config, path, overwrite=True, multifile=False)
+        self.saved = True
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "parser": None}
+
+
+class LightningCLI:
+    """Lightning's ``LightningCLI(model_class, datamodule_class, ..., args=None, run=True)`` building interlock's.
+
+    Args:
+        model_class: The module class (or a base class with ``subclass_mode_model=True``; ``None``: any module).
+        datamodule_class: The data module class (``None``: any, optional; the module's own loaders then).
+        save_config_callback: ``SaveConfigCallback`` (the default) or ``None`` to write no config file.
+        save_config_kwargs: ``config_filename``, ``overwrite`` for the config file.
+        trainer_class: The Trainer class (``interlock.lightning.Trainer``).
+        trainer_defaults: Default Trainer flags; ``"callbacks"`` are added to the configured ones.
+        seed_everything_default: The seed, ``True`` (a random one, recorded) or ``False`` (no seeding).
+        parser_kwargs: Keyword arguments of the parser (per subcommand under its name, as Lightning).
+        subclass_mode_model: Accept any subclass of ``model_class`` (``class_path``/``init_args``).
+        subclass_mode_data: Accept any subclass of ``datamodule_class``.
+        args: The arguments: a list of strings, a dict or a ``Namespace`` (``None``: ``sys.argv[1:]``).
+        run: ``True``: parse a subcommand and run it; ``False``: only build ``cli.model``, ``cli.trainer``, ...
+        auto_configure_optimizers: Lightning adds ``--optimizer``/``--lr_scheduler`` options; interlock does not
+            (only ``False`` or the default ``True`` with no such options given are accepted).
+    """
+
+    def __init__(
+        self,
+        model_class: type[Module] | Callable[..., Module] | None = None,
+        datamodule_class: type[Any] | Callable[..., Any] | None = None,
+        save_config_callback: type[SaveConfigCallback] | None = SaveConfigCallback,
+        save_config_kwargs: dict[str, Any] | None = None,
+        trainer_class: type[Trainer] | Callable[..., Trainer] = Trainer,
+        trainer_defaults: dict[str, Any] | None = None,
+        seed_everything_default: bool | int = True,
+        parser_kwargs: dict[str, Any] | None = None,
+        parser_class: type[ArgumentParser] = ArgumentParser,
+        subclass_mode_model: bool = False,
+        subclass_mode_data: bool = False,
+        args: Sequence[str] | Mapping[str, Any] | Namespace | None = None,
+        run: bool = True,
+        auto_configure_optimizers: bool = True,
+        load_from_checkpoint_support: bool = True,
+    ) -> None:
+        self.save_config_callback = save_config_callback
+        self.save_config_kwargs = dict(save_config_kwargs or {})
+        self.trainer_class = trainer_class
+        self.trainer_defaults = dict(trainer_defaults or {})
+        self.seed_everything_default = seed_everything_default
+        self.parser_kwargs = dict(parser_kwargs or {})
+        self.parser_class = parser_class
+        self.auto_configure_optimizers = auto_configure_optimizers
+        self.model_class = model_class
+        self.datamodule_class = datamodule_class
+        self.subclass_mode_model = model_class is None or subclass_mode_model
+        self.subclass_mode_data = datamodule_class is None or subclass_mode_data
+        self.load_from_checkpoint_support = load_from_checkpoint_support
+
+        main_kwargs = {k: v for k, v in self.parser_kwargs.items() if k not in _SUBCOMMANDS}
+        self.parser = self._main_parser(run, main_kwargs)
+        self.config = self._parse(args)
+        self.subcommand: str | None = self.config["subcommand"] if run else None
+        self._set_seed()
+        self.before_instantiate_classes()
+        self.instantiate_classes()
+        self.after_instantiate_classes()
+        if self.subcommand is not None:
+            self._run_subcommand(self.subcommand)
+
+    # -- the parser --------------------------------------------------------------------------------
+    def init_parser(self, **kwargs: Any) -> ArgumentParser:
+        parser = self.parser_class(**kwargs)
+        parser.add_argument(
+            "-c", "--config", action=ActionConfigFile, help="Path to a configuration file in json or yaml format."
+        )
+        return parser
+
+    def _main_parser(self, run: bool, kwargs: Mapping[str, Any]) -> ArgumentParser:
+        parser = self.init_parser(**kwargs)
+        self._subcommand_parsers: dict[str, ArgumentParser] = {}
+        if not run:
+            self._add_arguments(parser)
+            return parser
+        commands = parser.add_subcommands()
+        for name, method_args in _SUBCOMMANDS.items():
+            sub = self.init_parser(**self.parser_kwargs.get(name, {}))
+            self._add_arguments(sub)
+            for arg in method_args:
+                sub.add_argument(f"--{arg}", type=str | None, default=None, help=f"Trainer.{name}(..., {arg}=...)")
+            self._subcommand_parsers[name] = sub
+            commands.add_subcommand(name, sub, help=f"Runs trainer.{name}(model, datamodule=...)")
+        return parser
+
+    def add_default_arguments_to_parser(self, parser: ArgumentParser) -> None:
+        parser.add_argument(
+            "--seed_everything",
+            type=bool | int,
+            default=self.seed_everything_default,
+            help="An int: seed_everything(it) before the classes are made; True: a random seed; False: none.",
+        )
+
+    def add_core_arguments_to_parser(self, parser: ArgumentParser) -> None:
+        parser.add_class_arguments(self.trainer_class, "trainer", instantiate=False, fail_untyped=False)
+        parser.set_defaults({f"trainer.{k}": v for k, v in self.trainer_defaults.items() if k != "callbacks"})
+        model: Any = self.model_class or Module
+        if self.subclass_mode_model:
+            parser.add_subclass_arguments(model, "model", fail_untyped=False, required=True)
+        else:
+            parser.add_class_arguments(model, "model", fail_untyped=False, sub_configs=True)
+        if self.datamodule_class is not None and not self.subclass_mode_data:
+            parser.add_class_arguments(self.datamodule_class, "data", fail_untyped=False, sub_configs=True)
+        else:
+            data: Any = self.datamodule_class or DataModule
+            parser.add_subclass_arguments(data, "data", fail_untyped=False, required=self.datamodule_class is not None)
+
+    def add_arguments_to_parser(self, parser: ArgumentParser) -> None:
+        """Override to add arguments or links, as in Lightning."""
+
+    def _add_arguments(self, parser: ArgumentParser) -> None:
+        self.add_default_arguments_to_parser(parser)
+        self.add_core_arguments_to_parser(parser)
+        self.add_arguments_to_parser(parser)
+
+    def _parse(self, args: Sequence[str] | Mapping[str, Any] | Namespace | None) -> Namespace:
+        if isinstance(args, str):
+            raise TypeError(f"LightningCLI(args={args!r}): pass a list of strings (args.split()), a dict or None")
+        if isinstance(args, Namespace):
+            parsed = self.parser.parse_object(args.as_dict())
+        elif isinstance(args, Mapping):
+            parsed = self.parser.parse_object(dict(args))
+        else:
+            parsed = self.parser.parse_args(sys.argv[1:] if args is None else list(args))
+        return cast(Namespace, parsed)
+
+    def _sub(self, config: Namespace) -> Namespace:
+        return config[self.subcommand] if self.subcommand is not None else config
+
+    def _set_seed(self) -> None:
+        sub = self._sub(self.config)
+        seed = sub.get("seed_everything")
+        if seed is False:
+            return
+        sub["seed_everything"] = seed_everything(None if seed is True else seed, workers=True)
+
+    # -- building and running ---------------------------------------------------------------------
+    def before_instantiate_classes(self) -> None:
+        """Override to run code before the classes are made."""
+
+    def after_instantiate_classes(self) -> None:
+        """Override to run code after the classes are made."""
+
+    def instantiate_classes(self) -> None:
+        """Build ``self.model``, ``self.datamodule`` and ``self.trainer`` from the config."""
+        parser = self._subcommand_parsers.get(self.subcommand or "", self.parser)
+        self.config_init = self.parser.instantiate(self.config)
+        init = self._sub(self.config_init)
+        self.model: Module = init.get("model")
+        self.datamodule: Any = init.get("data")
+        self.trainer = self.instantiate_trainer(parser)
+
+    def instantiate_trainer(self, parser: ArgumentParser | None = None, **kwargs: Any) -> Trainer:
+        flags = self._sub(self.config_init).get("trainer", Namespace())
+        config = {**(flags.as_dict() if isinstance(flags, Namespace) else dict(flags)), **kwargs}
+        callbacks = config.get("callbacks")
+        callbacks = [] if callbacks is None else list(callbacks) if isinstance(callbacks, list | tuple) else [callbacks]
+        extra = self.trainer_defaults.get("callbacks")
+        if extra is not None:
+            callbacks += list(extra) if isinstance(extra, list | tuple) else [extra]
+        if self.save_config_callback is not None and not config.get("fast_dev_run"):
+            callbacks.append(
+                self.save_config_callback(parser or self.parser, self._sub(self.config), **self.save_config_kwargs)
+            )
+        config["callbacks"] = callbacks
+        return self.trainer_class(**config)
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        before = getattr(self, f"before_{subcommand}", None)
+        if callable(before):
+            before()
+        kwargs = {k: self._sub(self.config_init).get(k) for k in _SUBCOMMANDS[subcommand]}
+        if self.datamodule is not None:
+            kwargs["datamodule"] = self.datamodule
+        getattr(self.trainer, subcommand)(self.model, **kwargs)
+        after = getattr(self, f"after_{subcommand}", None)
+        if callable(after):
+            after()

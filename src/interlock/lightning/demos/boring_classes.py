@@ -1,0 +1,177 @@
+"""Random data and small models for trying things out and for tests (Lightning's ``boring_classes``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset
+
+from interlock.core.datamodule import DataModule
+from interlock.core.module import Module
+
+__all__ = [
+    "BoringDataModule",
+    "BoringModel",
+    "DemoModel",
+    "ManualOptimBoringModel",
+    "RandomDataset",
+    "RandomDictDataset",
+    "RandomIterableDataset",
+    "RandomIterableDatasetWithLen",
+]
+
+
+class RandomDataset(Dataset[torch.Tensor]):
+    """``length`` vectors of ``size`` standard normal values, drawn when made."""
+
+    def __init__(self, size: int, length: int) -> None:
+        self.len = length
+        self.data = torch.randn(length, size)
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return self.data[index]
+
+    def __len__(self) -> int:
+        return self.len
+
+
+class RandomDictDataset(Dataset[dict[str, torch.Tensor]]):
+    """As :class:`RandomDataset`, each item ``{"a": x, "b": x + 2}``."""
+
+    def __init__(self, size: int, length: int) -> None:
+        self.len = length
+        self.data = torch.randn(length, size)
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        item = self.data[index]
+        return {"a": item, "b": item + 2}
+
+    def __len__(self) -> int:
+        return self.len
+
+
+class RandomIterableDataset(IterableDataset[torch.Tensor]):
+    """``count`` vectors of ``size`` normal values, drawn as iterated."""
+
+    def __init__(self, size: int, count: int) -> None:
+        self.count, self.size = count, size
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        for _ in range(self.count):
+            yield torch.randn(self.size)
+
+
+class RandomIterableDatasetWithLen(RandomIterableDataset):
+    """:class:`RandomIterableDataset` with a length."""
+
+    def __len__(self) -> int:
+        return self.count
+
+
+class BoringModel(Module):
+    """A ``Linear(32, 2)`` trained towards ones with MSE; SGD(lr=0.1) with a ``StepLR``; its own random loaders."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(32, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(x)  # type: ignore[no-any-return]
+
+    def loss(self, preds: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+        target = torch.ones_like(preds) if labels is None else labels
+        return torch.nn.functional.mse_loss(preds, target)
+
+    def step(self, batch: Any) -> torch.Tensor:
+        return self.loss(self(batch))
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        return {"loss": self.step(batch)}
+
+    def validation_step(self, batch: Any, batch_idx: int) -> Any:
+        return {"x": self.step(batch)}
+
+    def test_step(self, batch: Any, batch_idx: int) -> Any:
+        return {"y": self.step(batch)}
+
+    def configure_optimizers(self) -> Any:
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+        return [optimizer], [torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)]
+
+    def train_dataloader(self) -> DataLoader[Any]:
+        return DataLoader(RandomDataset(32, 64))
+
+    def val_dataloader(self) -> DataLoader[Any]:
+        return DataLoader(RandomDataset(32, 64))
+
+    def test_dataloader(self) -> DataLoader[Any]:
+        return DataLoader(RandomDataset(32, 64))
+
+    def predict_dataloader(self) -> DataLoader[Any]:
+        return DataLoader(RandomDataset(32, 64))
+
+
+class ManualOptimBoringModel(BoringModel):
+    """:class:`BoringModel` with manual optimization."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        opt = self.optimizers()
+        loss = self.step(batch)
+        opt.zero_grad()
+        self.manual_backward(loss)
+        opt.step()
+        return loss
+
+
+class BoringDataModule(DataModule):
+    """256 random vectors split into four 64-item subsets: train, val, test, predict."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.random_full = RandomDataset(32, 64 * 4)
+
+    def setup(self, stage: str) -> None:
+        if stage == "fit":
+            self.random_train = Subset(self.random_full, indices=range(64))
+        if stage in ("fit", "validate"):
+            self.random_val = Subset(self.random_full, indices=range(64, 128))
+        if stage == "test":
+            self.random_test = Subset(self.random_full, indices=range(128, 192))
+        if stage == "predict":
+            self.random_predict = Subset(self.random_full, indices=range(192, 256))
+
+    def train_dataloader(self) -> DataLoader[Any]:
+        return DataLoader(self.random_train)
+
+    def val_dataloader(self) -> DataLoader[Any]:
+        return DataLoader(self.random_val)
+
+    def test_dataloader(self) -> DataLoader[Any]:
+        return DataLoader(self.random_test)
+
+    def predict_dataloader(self) -> DataLoader[Any]:
+        return DataLoader(self.random_predict)
+
+
+class DemoModel(Module):
+    """``relu(Linear(32, out_dim)(x))`` whose sum is minimised with Adam."""
+
+    def __init__(self, out_dim: int = 10, learning_rate: float = 0.02) -> None:
+        super().__init__()
+        self.l1 = torch.nn.Linear(32, out_dim)
+        self.learning_rate = learning_rate
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.l1(x.view(x.size(0), -1)))
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        return self(batch).sum()
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.Adam(self.parameters(), lr=self.learning_rate)

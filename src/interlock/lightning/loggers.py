@@ -1,0 +1,139 @@
+"""Lightning's ``loggers`` names: interlock's ``CSVLogger`` and ``TensorBoardLogger``, with Lightning's arguments.
+
+Files go where Lightning puts them: ``save_dir/name/version_N`` (the next free ``N`` when
+``version`` is not given, chosen when the logger is made). ``logger.log_dir``, ``name`` and
+``version`` read as in Lightning. MLflow, W&B, Comet, Neptune and LitLogger are not here yet:
+importing them raises ``ImportError`` saying so.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from interlock.core.events import Listener
+from interlock.lightning._refuse import missing, refuse_value
+from interlock.listeners import CSVLogger as _CSVLogger
+from interlock.listeners import TensorBoardLogger as _TensorBoardLogger
+
+__all__ = ["CSVLogger", "Logger", "TensorBoardLogger"]
+
+
+class Logger(Listener):
+    """Lightning's ``Logger`` base. In interlock a logger is a listener of the history rows (docs/listeners.md).
+
+    A subclass written against Lightning's API (``log_metrics``, ``log_hyperparams``) is refused
+    when defined, as interlock would never call those methods.
+    """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        lightning_api = [m for m in ("log_metrics", "log_hyperparams", "experiment") if m in vars(cls)]
+        if lightning_api and not issubclass(cls, _CSVLogger | _TensorBoardLogger):
+            raise TypeError(
+                f"{cls.__name__} defines Lightning's Logger API ({', '.join(lightning_api)}), which interlock does "
+                "not call: write an interlock.Listener that handles 'fit.train.epoch_end', 'fit.train.val.end' and "
+                "'test.end' and reads state.history (see interlock.listeners.CSVLogger)"
+            )
+
+
+def _version_dir(owner: str, save_dir: Any, name: str | None, version: int | str | None) -> tuple[Path, int | str]:
+    """``save_dir/name/version_N`` (Lightning's layout) and the version; ``N`` is the next free one when not given."""
+    if save_dir is None:
+        raise TypeError(f"{owner}() missing save_dir: pass the folder Lightning would write to, e.g. save_dir='.'")
+    root = Path(save_dir) / (name or "")
+    if version is None:
+        taken = [int(m.group(1)) for p in root.glob("version_*") if (m := re.fullmatch(r"version_(\d+)", p.name))]
+        version = max(taken, default=-1) + 1
+    sub = version if isinstance(version, str) else f"version_{version}"
+    return root / sub, version
+
+
+class CSVLogger(_CSVLogger):
+    """Lightning's ``CSVLogger(save_dir, name="lightning_logs", version=None)``: ``metrics.csv`` in the version dir.
+
+    Rows are written as each epoch, validation or test ends (Lightning flushes every
+    ``flush_logs_every_n_steps``; interlock writes each row as it appears, so that argument changes nothing).
+    """
+
+    def __init__(
+        self,
+        save_dir: str | os.PathLike[str],
+        name: str | None = "lightning_logs",
+        version: int | str | None = None,
+        prefix: str = "",
+        flush_logs_every_n_steps: int = 100,
+    ) -> None:
+        refuse_value("CSVLogger", "prefix", prefix, ("",), "log the names with the prefix in self.log")
+        if not isinstance(flush_logs_every_n_steps, int) or flush_logs_every_n_steps < 1:
+            raise ValueError(f"CSVLogger(flush_logs_every_n_steps={flush_logs_every_n_steps!r}) must be an int >= 1")
+        folder, self.version = _version_dir("CSVLogger", save_dir, name, version)
+        super().__init__(save_dir=folder)
+        self.root_dir = str(Path(save_dir) / (name or ""))
+        self.logger_name = name or ""
+
+    @property
+    def log_dir(self) -> str:
+        return str(self.save_dir)
+
+    @property
+    def experiment(self) -> Any:
+        raise AttributeError(
+            "CSVLogger.experiment (Lightning's ExperimentWriter) is not in interlock: log values with self.log, "
+            "they are written to log_dir/metrics.csv"
+        )
+
+
+class TensorBoardLogger(_TensorBoardLogger):
+    """Lightning's ``TensorBoardLogger(save_dir, name="lightning_logs", version=None, ...)``.
+
+    ``logger.experiment`` is the ``SummaryWriter`` once a run has started (for ``add_image`` and the like).
+    """
+
+    def __init__(
+        self,
+        save_dir: str | os.PathLike[str],
+        name: str | None = "lightning_logs",
+        version: int | str | None = None,
+        log_graph: bool = False,
+        default_hp_metric: bool = True,
+        prefix: str = "",
+        sub_dir: str | os.PathLike[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        refuse_value("TensorBoardLogger", "log_graph", log_graph, (False,), "call experiment.add_graph(...) yourself")
+        refuse_value("TensorBoardLogger", "prefix", prefix, ("",), "log the names with the prefix in self.log")
+        if kwargs:
+            raise ValueError(
+                f"TensorBoardLogger({', '.join(kwargs)}=...): SummaryWriter arguments are not supported by interlock; "
+                "remove them"
+            )
+        if not isinstance(default_hp_metric, bool):
+            raise ValueError(f"TensorBoardLogger(default_hp_metric={default_hp_metric!r}) must be True or False")
+        folder, self.version = _version_dir("TensorBoardLogger", save_dir, name, version)
+        if sub_dir is not None:
+            folder = folder / sub_dir
+        super().__init__(save_dir=folder)
+        self.root_dir = str(Path(save_dir) / (name or ""))
+        self.logger_name = name or ""
+        self.default_hp_metric = default_hp_metric  # interlock writes no hp_metric placeholder
+
+    @property
+    def experiment(self) -> Any:
+        """The ``SummaryWriter`` (made when a run starts)."""
+        return self._open()
+
+
+_LATER = "it is not in interlock yet (planned); use CSVLogger or TensorBoardLogger meanwhile"
+__getattr__ = missing(
+    "interlock.lightning.loggers",
+    {
+        "MLFlowLogger": f"MLflow: {_LATER}",
+        "WandbLogger": f"Weights & Biases: {_LATER}",
+        "CometLogger": f"Comet: {_LATER}",
+        "NeptuneLogger": f"Neptune: {_LATER}",
+        "LitLogger": f"LitLogger: {_LATER}",
+    },
+)

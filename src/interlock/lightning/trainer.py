@@ -1,0 +1,236 @@
+"""Lightning's ``Trainer``: :class:`interlock.Trainer` plus the attributes Lightning code reads after a run.
+
+The flags are interlock's, which keep Lightning's names; this subclass only adds read-only
+views over the frozen state (``callback_metrics``, ``current_epoch``, ``checkpoint_callback``,
+...) and remembers the module of the last run (``trainer.model``). Nothing here runs per step.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from interlock.core.events import Listener
+from interlock.core.module import Module
+from interlock.core.state import TrainerState
+from interlock.trainer.trainer import Trainer as NativeTrainer
+
+__all__ = ["Trainer"]
+
+_SETTABLE = {
+    "should_stop": "return interlock.Stop('why') from a listener (a Lightning Callback's `trainer.should_stop = True`)",
+}
+
+
+class Trainer(NativeTrainer):
+    """:class:`interlock.Trainer` with Lightning's read-only attributes (``callback_metrics``, ``global_step``, ...).
+
+    Takes the native Trainer's flags (Lightning's names). ``trainer.fit(model, ...)``,
+    ``validate``, ``test`` and ``predict`` are the native ones; afterwards ``trainer.model``
+    is the module of the last call, and ``trainer.checkpoint_callback.best_model_path`` reads
+    the first ``ModelCheckpoint``'s state.
+    """
+
+    _last_module: Module | None = None
+
+    # -- the runs: remember the module, bind the checkpoint callbacks ----------------------------
+    def _bind(self, module: Module) -> None:
+        self._last_module = module
+        for listener in self.listeners:
+            bind = getattr(listener, "bind_state", None)
+            if callable(bind):
+                bind(lambda: self.state)
+
+    def _launch(self, module: Module, call: Any) -> Any:
+        self._bind(module)
+        return super()._launch(module, call)
+
+    def _evaluate(self, stage: str, module: Module, dataloaders: Any, ckpt_path: Any, datamodule: Any) -> Any:
+        self._bind(module)
+        return super()._evaluate(stage, module, dataloaders, ckpt_path, datamodule)
+
+    # -- what Lightning code reads ---------------------------------------------------------------
+    @property
+    def callback_metrics(self) -> dict[str, torch.Tensor]:
+        """The latest value of every metric, as tensors (Lightning's ``trainer.callback_metrics``)."""
+        return _tensors(self.state.metrics)
+
+    @property
+    def logged_metrics(self) -> dict[str, torch.Tensor]:
+        """The metrics sent to the loggers: the latest history row's values, as tensors."""
+        rows = self.state.history
+        if not len(rows):
+            return {}
+        row = rows[len(rows) - 1]
+        return _tensors({k: v for k, v in row.items() if isinstance(v, int | float) and k not in ("epoch", "step")})
+
+    @property
+    def progress_bar_metrics(self) -> dict[str, float]:
+        """The metrics the progress bar shows (every metric: interlock's bar does not filter by ``prog_bar``)."""
+        return dict(self.state.metrics)
+
+    @property
+    def current_epoch(self) -> int:
+        """Epochs completed (Lightning's ``trainer.current_epoch``)."""
+        return self.state.current_epoch
+
+    @property
+    def global_step(self) -> int:
+        """Optimizer steps taken."""
+        return self.state.global_step
+
+    @property
+    def should_stop(self) -> bool:
+        """Whether a stop was asked for (read-only: a listener returns ``interlock.Stop`` to ask)."""
+        return self.state.should_stop
+
+    @property
+    def is_global_zero(self) -> bool:
+        return self.state.is_global_zero
+
+    @property
+    def global_rank(self) -> int:
+        return self.state.global_rank
+
+    @property
+    def world_size(self) -> int:
+        return self.state.world_size
+
+    @property
+    def max_epochs(self) -> int | None:
+        return self.config.max_epochs
+
+    @property
+    def max_steps(self) -> int:
+        return self.config.max_steps
+
+    @property
+    def default_root_dir(self) -> str:
+        return str(self.root)
+
+    @property
+    def log_dir(self) -> str:
+        """The run directory (Lightning's ``lightning_logs/version_N``; interlock's ``runs/version_N``)."""
+        return str(self.run_dir)
+
+    @property
+    def loggers(self) -> list[Listener]:
+        """The logger listeners (``CSVLogger``, ``TensorBoardLogger``)."""
+        from interlock.listeners import CSVLogger, TensorBoardLogger
+
+        return [x for x in self.listeners if isinstance(x, CSVLogger | TensorBoardLogger)]
+
+    @property
+    def logger(self) -> Listener | None:
+        """The first logger, or ``None`` with ``logger=False``."""
+        found = self.loggers
+        return found[0] if found else None
+
+    @property
+    def callbacks(self) -> list[Listener]:
+        return list(self.listeners)
+
+    @property
+    def checkpoint_callbacks(self) -> list[CheckpointView]:
+        from interlock.listeners import ModelCheckpoint
+
+        return [CheckpointView(x, self) for x in self.listeners if isinstance(x, ModelCheckpoint)]
+
+    @property
+    def checkpoint_callback(self) -> CheckpointView | None:
+        """The first ``ModelCheckpoint``, with Lightning's attributes (``best_model_path``, ``best_model_score``)."""
+        found = self.checkpoint_callbacks
+        return found[0] if found else None
+
+    @property
+    def early_stopping_callback(self) -> Listener | None:
+        from interlock.listeners import EarlyStopping
+
+        return next((x for x in self.listeners if isinstance(x, EarlyStopping)), None)
+
+    @property
+    def model(self) -> Module | None:
+        """The module of the last ``fit``/``validate``/``test``/``predict`` (``None`` before)."""
+        return self._last_module
+
+    @property
+    def lightning_module(self) -> Module | None:
+        return self._last_module
+
+    @property
+    def sanity_checking(self) -> bool:
+        return self.state.chart.startswith("fit.sanity")
+
+    @property
+    def training(self) -> bool:
+        return self.state.chart.startswith("fit.train") and ".val" not in self.state.chart
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(getattr(type(self), name, None), property):
+            instead = _SETTABLE.get(name, "configure it with a Trainer flag, or return an update from a listener")
+            raise AttributeError(f"trainer.{name} is read-only in interlock (the state is frozen): {instead}")
+        super().__setattr__(name, value)
+
+    def save_checkpoint(self, filepath: str | os.PathLike[str], weights_only: bool = False) -> None:
+        """Refused outside a run: a listener returns ``interlock.SaveCheckpoint(path)`` to save at its moment."""
+        raise RuntimeError(
+            f"trainer.save_checkpoint({str(filepath)!r}) from outside a run is not supported: return "
+            "interlock.SaveCheckpoint(path) from a listener (or a Lightning Callback) at the moment to save, or "
+            "use the ModelCheckpoint's files"
+        )
+
+
+class CheckpointView:
+    """A ``ModelCheckpoint`` listener read through its trainer's state, with Lightning's attribute names."""
+
+    def __init__(self, listener: Any, trainer: NativeTrainer) -> None:
+        self._listener, self._trainer = listener, trainer
+
+    @property
+    def _state(self) -> TrainerState:
+        return self._trainer.state
+
+    @property
+    def best_model_path(self) -> str:
+        return str(_native(self._listener, "best_model_path")(self._state))
+
+    @property
+    def best_model_score(self) -> torch.Tensor | None:
+        score = _native(self._listener, "best_model_score")(self._state)
+        return None if score is None else torch.tensor(score)
+
+    @property
+    def last_model_path(self) -> str:
+        return str(_native(self._listener, "last_model_path")(self._state))
+
+    @property
+    def best_k_models(self) -> dict[str, torch.Tensor | None]:
+        kept = _native(self._listener, "best_k_models")(self._state)
+        return {p: None if s is None else torch.tensor(s) for p, s in kept.items()}
+
+    @property
+    def dirpath(self) -> str:
+        if self._listener.dirpath is not None:
+            return str(self._listener.dirpath)
+        return str(Path(self._trainer.state.run_dir or self._trainer.run_dir) / "checkpoints")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._listener, name)
+
+    def __repr__(self) -> str:
+        return f"CheckpointView({self._listener!r})"
+
+
+def _native(listener: Any, name: str) -> Any:
+    """The native ``ModelCheckpoint`` method ``name`` of ``listener`` (bypassing a Lightning-style property)."""
+    from interlock.listeners import ModelCheckpoint
+
+    return getattr(ModelCheckpoint, name).__get__(listener)
+
+
+def _tensors(metrics: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    return {k: torch.tensor(v, dtype=torch.float32) for k, v in metrics.items()}

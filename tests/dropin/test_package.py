@@ -1,0 +1,403 @@
+"""interlock.lightning: Lightning's import paths, the Trainer's read-only attributes, LightningCLI, helpers, demos."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.utils.data import DataLoader, TensorDataset
+
+import interlock
+import interlock.lightning as il
+from dropin import harness
+
+pl = pytest.importorskip("pytorch_lightning")
+
+
+class Regression(il.LightningModule):
+    def __init__(self, hidden: int = 4, lr: float = 0.1) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.net = torch.nn.Sequential(torch.nn.Linear(3, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, 1))
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        loss = torch.nn.functional.mse_loss(self.net(batch[0]), batch[1])
+        self.log("train_loss", loss)
+        return loss
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.log("val_loss", torch.nn.functional.mse_loss(self.net(batch[0]), batch[1]))
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+
+
+class Data(il.LightningDataModule):
+    def __init__(self, n: int = 16) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(3)
+        self.data = TensorDataset(torch.randn(n, 3, generator=g), torch.randn(n, 1, generator=g))
+
+    def train_dataloader(self) -> DataLoader[Any]:
+        return DataLoader(self.data, batch_size=4)
+
+    def val_dataloader(self) -> DataLoader[Any]:
+        return DataLoader(self.data, batch_size=8)
+
+
+class LitRegression(pl.LightningModule):  # type: ignore[name-defined,misc]
+    def __init__(self, hidden: int = 4, lr: float = 0.1) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.net = torch.nn.Sequential(torch.nn.Linear(3, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, 1))
+
+    training_step = Regression.training_step
+    validation_step = Regression.validation_step
+    configure_optimizers = Regression.configure_optimizers
+
+
+class LitData(pl.LightningDataModule):  # type: ignore[name-defined,misc]
+    def __init__(self, n: int = 16) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(3)
+        self.data = TensorDataset(torch.randn(n, 3, generator=g), torch.randn(n, 1, generator=g))
+
+    train_dataloader = Data.train_dataloader
+    val_dataloader = Data.val_dataloader
+
+
+def _fit(trainer_cls: Any, module: Any, ckpt: Any, root: Path) -> Any:
+    trainer = trainer_cls(
+        max_epochs=2, callbacks=[ckpt], default_root_dir=str(root), enable_progress_bar=False, logger=False
+    )
+    data = Data()
+    trainer.fit(module, data.train_dataloader(), data.val_dataloader())
+    return trainer
+
+
+def test_trainer_attributes_read_after_fit_match_lightning(tmp_path: Path) -> None:
+    """callback_metrics, current_epoch, global_step and the checkpoint's best path and score read as in Lightning."""
+    from interlock.lightning.callbacks import ModelCheckpoint
+
+    torch.manual_seed(0)
+    lit_ckpt = pl.callbacks.ModelCheckpoint(monitor="val_loss")
+    lit = _fit(pl.Trainer, LitRegression(), lit_ckpt, tmp_path / "pl")
+    torch.manual_seed(0)
+    ckpt = ModelCheckpoint(monitor="val_loss")
+    mine = _fit(il.Trainer, Regression(), ckpt, tmp_path / "il")
+    assert set(mine.callback_metrics) == set(lit.callback_metrics)
+    for key, value in lit.callback_metrics.items():
+        assert torch.equal(mine.callback_metrics[key], value), key
+    assert (mine.current_epoch, mine.global_step) == (lit.current_epoch, lit.global_step) == (2, 8)
+    assert Path(mine.checkpoint_callback.best_model_path).name == Path(lit_ckpt.best_model_path).name
+    assert Path(ckpt.best_model_path).name == Path(lit_ckpt.best_model_path).name
+    assert torch.equal(ckpt.best_model_score, lit_ckpt.best_model_score)
+    assert mine.checkpoint_callback.best_model_score == lit.checkpoint_callback.best_model_score
+    assert isinstance(mine.model, Regression) and mine.lightning_module is mine.model
+    assert mine.should_stop is False and mine.is_global_zero
+    assert mine.log_dir == str(mine.run_dir)
+
+
+def test_trainer_refuses_writes_naming_the_interlock_way(tmp_path: Path) -> None:
+    """Setting a read-only attribute raises; should_stop names interlock.Stop; save_checkpoint names SaveCheckpoint."""
+    trainer = il.Trainer(default_root_dir=str(tmp_path), enable_progress_bar=False)
+    with pytest.raises(AttributeError, match=r"Stop"):
+        trainer.should_stop = True  # type: ignore[misc]
+    with pytest.raises(AttributeError, match=r"read-only"):
+        trainer.current_epoch = 3  # type: ignore[misc]
+    with pytest.raises(RuntimeError, match=r"SaveCheckpoint"):
+        trainer.save_checkpoint(tmp_path / "x.ckpt")
+
+
+def test_a_checkpoint_callback_read_before_it_ran_says_how() -> None:
+    """best_model_path of a ModelCheckpoint no Trainer has run is an error naming what to do, not ''."""
+    from interlock.lightning.callbacks import ModelCheckpoint
+
+    with pytest.raises(RuntimeError, match=r"Trainer\(callbacks="):
+        _ = ModelCheckpoint().best_model_path
+
+
+def test_the_native_trainer_keeps_working_with_a_lightning_checkpoint_callback(tmp_path: Path) -> None:
+    """interlock.Trainer finds the best checkpoint of interlock.lightning's ModelCheckpoint for ckpt_path='best'."""
+    from interlock.lightning.callbacks import ModelCheckpoint
+
+    trainer = il.Trainer(max_epochs=1, callbacks=[ModelCheckpoint(monitor="val_loss")], default_root_dir=str(tmp_path))
+    model, data = Regression(), Data()
+    trainer.fit(model, datamodule=data)
+    out = trainer.validate(model, data.val_dataloader(), ckpt_path="best")
+    assert set(out[0]) == {"val_loss"}
+
+
+PUBLIC = {
+    "interlock.lightning": ["LightningModule", "LightningDataModule", "Trainer", "seed_everything"],
+    "interlock.lightning.core": ["LightningModule", "LightningDataModule"],
+    "interlock.lightning.callbacks": [
+        "ModelCheckpoint",
+        "EarlyStopping",
+        "LearningRateMonitor",
+        "Timer",
+        "TQDMProgressBar",
+        "ProgressBar",
+    ],
+    "interlock.lightning.loggers": ["CSVLogger", "TensorBoardLogger", "Logger"],
+    "interlock.lightning.cli": ["LightningCLI", "SaveConfigCallback"],
+    "interlock.lightning.utilities": [
+        "rank_zero_only",
+        "rank_zero_info",
+        "rank_zero_warn",
+        "AttributeDict",
+        "grad_norm",
+    ],
+    "interlock.lightning.utilities.rank_zero": [
+        "rank_zero_only",
+        "rank_zero_info",
+        "rank_zero_warn",
+        "rank_zero_debug",
+    ],
+    "interlock.lightning.utilities.types": ["STEP_OUTPUT", "OptimizerLRScheduler"],
+    "interlock.lightning.utilities.seed": ["isolate_rng"],
+    "interlock.lightning.demos": ["BoringModel", "BoringDataModule", "DemoModel", "LightningLSTM", "Transformer"],
+    "interlock.lightning.demos.boring_classes": ["RandomDataset", "BoringModel", "BoringDataModule", "DemoModel"],
+}
+
+
+@pytest.mark.parametrize(("module", "names"), list(PUBLIC.items()))
+def test_lightning_public_names_import_from_the_same_paths(module: str, names: list[str]) -> None:
+    """Each name imports from interlock.lightning where it imports from pytorch_lightning."""
+    mine = importlib.import_module(module)
+    theirs = importlib.import_module(module.replace("interlock.lightning", "pytorch_lightning"))
+    for name in names:
+        assert hasattr(theirs, name), f"{name} is not Lightning's"
+        assert getattr(mine, name) is not None
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "says"),
+    [
+        ("callbacks", "ModelPruning", "prune"),
+        ("callbacks", "StochasticWeightAveraging", "swa_utils"),
+        ("callbacks", "GradientAccumulationScheduler", "accumulate_grad_batches"),
+        ("loggers", "MLFlowLogger", "not in interlock yet"),
+        ("loggers", "WandbLogger", "not in interlock yet"),
+        ("utilities", "CombinedLoader", "list of loaders"),
+    ],
+)
+def test_a_lightning_name_without_equivalent_fails_at_import_naming_the_alternative(
+    module: str, name: str, says: str
+) -> None:
+    """`from interlock.lightning.X import Name` raises ImportError with the alternative, never a silent stand-in."""
+    assert hasattr(importlib.import_module(f"pytorch_lightning.{module}"), name)
+    with pytest.raises(ImportError, match=says):
+        exec(f"from interlock.lightning.{module} import {name}")
+
+
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        ("callbacks.ModelCheckpoint(save_last='link')", "save_last"),
+        ("callbacks.ModelCheckpoint(save_on_exception=True)", "preemption"),
+        ("callbacks.LearningRateMonitor(log_momentum=True)", "log_momentum"),
+        ("callbacks.TQDMProgressBar(process_position=1)", "process_position"),
+        ("loggers.TensorBoardLogger('.', log_graph=True)", "add_graph"),
+        ("loggers.CSVLogger('.', prefix='x')", "prefix"),
+    ],
+)
+def test_a_lightning_argument_interlock_cannot_honour_is_refused(make: str, says: str) -> None:
+    """A Lightning constructor argument with no interlock meaning raises at construction, naming the way."""
+    import interlock.lightning.callbacks as callbacks  # noqa: F401
+    import interlock.lightning.loggers as loggers  # noqa: F401
+
+    with pytest.raises(ValueError, match=says):
+        eval(make)
+
+
+def test_a_lightning_api_logger_subclass_is_refused_when_defined() -> None:
+    """A Logger subclass written against Lightning's API (log_metrics) is a TypeError naming the listener way."""
+    from interlock.lightning.loggers import Logger
+
+    with pytest.raises(TypeError, match=r"interlock\.Listener"):
+
+        class Mine(Logger):
+            def log_metrics(self, metrics: Any, step: Any = None) -> None: ...
+
+
+def test_loggers_write_where_lightning_writes(tmp_path: Path) -> None:
+    """CSVLogger(save_dir, name) writes save_dir/name/version_N/metrics.csv and counts versions as Lightning."""
+    from interlock.lightning.loggers import CSVLogger
+
+    for expected in (0, 1):
+        logger = CSVLogger(str(tmp_path), name="exp")
+        assert (logger.version, logger.log_dir) == (expected, str(tmp_path / "exp" / f"version_{expected}"))
+        lit = pl.loggers.CSVLogger(str(tmp_path / "pl"), name="exp")
+        assert lit.version == expected
+        trainer = il.Trainer(max_epochs=1, logger=logger, enable_progress_bar=False, default_root_dir=str(tmp_path))
+        trainer.fit(Regression(), datamodule=Data())
+        assert (Path(logger.log_dir) / "metrics.csv").is_file()
+        assert trainer.logger is logger
+        (tmp_path / "pl" / "exp" / f"version_{expected}").mkdir(parents=True)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.sampled_from([1, 2, 2.5, "inf"]), st.integers(1, 4), st.sampled_from(["/", "."]))
+def test_grad_norm_matches_lightning(norm: Any, width: int, sep: str) -> None:
+    """grad_norm gives Lightning's keys and values for any norm type, shape and separator."""
+    from pytorch_lightning.utilities import grad_norm as lit_grad_norm
+
+    from interlock.lightning.utilities import grad_norm
+
+    torch.manual_seed(width)
+    net = torch.nn.Sequential(torch.nn.Linear(3, width), torch.nn.Linear(width, 1))
+    net(torch.randn(5, 3)).sum().backward()
+    mine, theirs = grad_norm(net, norm, sep), lit_grad_norm(net, norm, sep)
+    assert mine.keys() == theirs.keys()
+    assert all(torch.equal(mine[k], theirs[k]) for k in mine)
+
+
+def test_grad_norm_refuses_a_non_positive_norm() -> None:
+    """grad_norm(norm_type=0) names the valid norm types."""
+    from interlock.lightning.utilities import grad_norm
+
+    with pytest.raises(ValueError, match=r"norm_type=0"):
+        grad_norm(torch.nn.Linear(1, 1), 0)
+
+
+def test_rank_zero_only_runs_on_rank_zero_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """rank_zero_only calls the function when RANK is 0 (or unset) and returns the default elsewhere."""
+    from interlock.lightning.utilities import rank_zero_only
+
+    calls: list[int] = []
+    fn = rank_zero_only(lambda x: calls.append(x) or x)
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    assert fn(1) == 1
+    monkeypatch.setenv("RANK", "1")
+    assert fn(2) is None
+    assert rank_zero_only(lambda: 5, default=-1)() == -1
+    assert calls == [1]
+
+
+@pytest.mark.parametrize(
+    ("name", "args"),
+    [
+        ("boring_classes.BoringModel", {}),
+        ("boring_classes.DemoModel", {"out_dim": 3}),
+        ("lstm.SimpleLSTM", {"vocab_size": 20, "ninp": 8, "nhid": 8, "nlayers": 2}),
+        ("transformer.Transformer", {"vocab_size": 20, "ninp": 8, "nhid": 8, "nlayers": 1}),
+    ],
+)
+def test_demo_models_start_from_lightnings_weights_and_outputs(name: str, args: dict[str, Any]) -> None:
+    """The demo models have Lightning's architecture and init order: same seed, same weights, same outputs."""
+    module, cls = name.rsplit(".", 1)
+    out = []
+    for package in ("pytorch_lightning", "interlock.lightning"):
+        torch.manual_seed(0)
+        model = getattr(importlib.import_module(f"{package}.demos.{module}"), cls)(**args).eval()
+        torch.manual_seed(1)
+        if cls == "SimpleLSTM":
+            x = torch.randint(0, 20, (2, 5))
+            y = model(x, model.init_hidden(2))[0]
+        elif cls == "Transformer":
+            x = torch.randint(0, 20, (2, 5))
+            y = model(x, x)
+        else:
+            y = model(torch.randn(4, 32))
+        out.append((harness.weights(model), y))
+    assert harness.differences(out[0][0], out[1][0]) == []
+    assert torch.equal(out[0][1], out[1][1])
+
+
+def test_boring_datamodule_splits_as_lightning() -> None:
+    """BoringDataModule draws the same data and splits it the same way per stage."""
+    from pytorch_lightning.demos.boring_classes import BoringDataModule as Lit
+
+    from interlock.lightning.demos import BoringDataModule
+
+    for stage, loader in [("fit", "train_dataloader"), ("validate", "val_dataloader"), ("test", "test_dataloader")]:
+        made = []
+        for cls in (Lit, BoringDataModule):
+            torch.manual_seed(0)
+            dm = cls()
+            dm.setup(stage)
+            made.append(torch.cat(list(getattr(dm, loader)())))
+        assert torch.equal(made[0], made[1])
+
+
+def _cli_args(root: Path, *extra: str) -> list[str]:
+    return [*extra, f"--trainer.default_root_dir={root}", "--trainer.enable_progress_bar=false", "--model.hidden=5"]
+
+
+def test_lightning_cli_without_run_builds_model_data_and_trainer(tmp_path: Path) -> None:
+    """LightningCLI(run=False) parses args, seeds, and leaves cli.model/datamodule/trainer for the user to run."""
+    from interlock.lightning.callbacks import ModelCheckpoint
+    from interlock.lightning.cli import LightningCLI
+
+    cli = LightningCLI(
+        Regression,
+        Data,
+        seed_everything_default=1234,
+        run=False,
+        trainer_defaults={"max_epochs": 2, "callbacks": ModelCheckpoint(monitor="val_loss")},
+        args=_cli_args(tmp_path, "--trainer.max_epochs=1"),
+    )
+    assert cli.model.hparams == {"hidden": 5, "lr": 0.1}
+    assert isinstance(cli.datamodule, Data) and isinstance(cli.trainer, il.Trainer)
+    assert cli.config.seed_everything == 1234 and os.environ.get("INTERLOCK_GLOBAL_SEED") == "1234"
+    assert cli.trainer.config.max_epochs == 1
+    assert any(isinstance(x, ModelCheckpoint) for x in cli.trainer.listeners)
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    assert cli.trainer.checkpoint_callback.best_model_path
+    assert (Path(cli.trainer.log_dir) / "config.yaml").is_file()
+
+
+@pytest.mark.parametrize("command", ["fit", "validate"])
+def test_lightning_cli_runs_a_subcommand(command: str, tmp_path: Path) -> None:
+    """LightningCLI(args=[subcommand, ...]) runs trainer.<subcommand>(model, datamodule=...) and saves the config."""
+    from interlock.lightning.cli import LightningCLI
+
+    cli = LightningCLI(Regression, Data, args=_cli_args(tmp_path, command, "--trainer.max_epochs=1"))
+    assert cli.subcommand == command
+    assert cli.trainer.global_step == (4 if command == "fit" else 0)
+    assert "val_loss" in cli.trainer.callback_metrics
+    saved = (Path(cli.trainer.log_dir) / "config.yaml").read_text()
+    assert "hidden: 5" in saved and "max_epochs: 1" in saved
+
+
+def test_lightning_cli_trains_as_lightnings_cli(tmp_path: Path) -> None:
+    """The same LightningCLI call gives the same seeded weights under Lightning and interlock.lightning."""
+    from pytorch_lightning.cli import LightningCLI as LitCLI
+
+    from interlock.lightning.cli import LightningCLI
+
+    flags = ["--trainer.max_epochs=2", "--trainer.logger=false", "--trainer.enable_checkpointing=false"]
+    lit = LitCLI(LitRegression, LitData, seed_everything_default=7, args=_cli_args(tmp_path / "pl", "fit", *flags))
+    mine = LightningCLI(Regression, Data, seed_everything_default=7, args=_cli_args(tmp_path / "il", "fit", *flags))
+    assert harness.differences(harness.weights(lit.model), harness.weights(mine.model)) == []
+
+
+def test_the_switch_changes_only_import_lines() -> None:
+    """switched() rewrites every Lightning import spelling and refuses a change to any other line."""
+    text = "import lightning as L\nfrom lightning.pytorch.demos import X\nimport pytorch_lightning as pl\nx = 1\n"
+    assert harness.switched(text).splitlines() == [
+        "import interlock.lightning as L",
+        "from interlock.lightning.demos import X",
+        "import interlock.lightning as pl",
+        "x = 1",
+    ]
+    assert harness.as_lightning(text).splitlines()[:2] == [
+        "import pytorch_lightning as L",
+        "from pytorch_lightning.demos import X",
+    ]
+    with pytest.raises(AssertionError, match="not imports"):
+        harness.switched("import pytorch_lightning\ny = pytorch_lightning.Trainer()\n")
+
+
+def test_the_adapter_trainer_is_the_native_trainer() -> None:
+    """interlock.lightning.Trainer is an interlock.Trainer: the native API keeps working on it."""
+    assert issubclass(il.Trainer, interlock.Trainer)
+    assert il.LightningModule is interlock.Module and il.LightningDataModule is interlock.DataModule
