@@ -20,6 +20,6 @@ def main(root):
     seed_everything(42)
     vocab_size = WikiText2(download=False).vocab_size
     model = LightningLSTM(vocab_size=vocab_size)
-    trainer = Trainer(max_epochs=2, limit_train_batches=2, enable_checkpointing=False)
+    trainer = Trainer(max_epochs=2, limit_train_batches=1, enable_checkpointing=False)
     trainer.fit(model)
     return model

@@ -61,7 +61,7 @@ def main(root):
     test_dataloader = DataLoader(test_dataset, batch_size=4, shuffle=False)
 
     model = LanguageModel(vocab_size=dataset.vocab_size)
-    trainer = L.Trainer(gradient_clip_val=0.25, max_epochs=2, limit_train_batches=5)
+    trainer = L.Trainer(gradient_clip_val=0.25, max_epochs=2, limit_train_batches=3)
     trainer.fit(model, train_dataloader, val_dataloader)
     trainer.test(model, test_dataloader)
     return model
