@@ -397,6 +397,32 @@ def test_the_switch_changes_only_import_lines() -> None:
         harness.switched("import pytorch_lightning\ny = pytorch_lightning.Trainer()\n")
 
 
+def test_the_trainer_takes_lightnings_signature_and_defaults() -> None:
+    """interlock.lightning.Trainer has Lightning's parameters in order and accepts every Lightning default."""
+    import inspect
+
+    theirs = inspect.signature(pl.Trainer.__init__).parameters
+    mine = inspect.signature(il.Trainer.__init__).parameters
+    assert list(mine)[: len(theirs)] == list(theirs)
+    defaults = {n: p.default for n, p in theirs.items() if n != "self"}
+    assert all(mine[n].default == d for n, d in defaults.items())
+    trainer = il.Trainer(**defaults)
+    assert trainer.config.val_check_interval == 1.0 and trainer.config.num_sanity_val_steps == 2
+
+
+def test_max_time_adds_a_timer_as_lightning_does(tmp_path: Path) -> None:
+    """Trainer(max_time=...) installs a Timer with that duration; a value interlock cannot honour still raises."""
+    from interlock.lightning.callbacks import Timer
+
+    trainer = il.Trainer(max_time="00:00:01:00", default_root_dir=str(tmp_path))
+    timers = [x for x in trainer.listeners if isinstance(x, Timer)]
+    assert len(timers) == 1 and timers[0].duration is not None and timers[0].duration.total_seconds() == 60
+    with pytest.raises(TypeError, match="num_nodes"):
+        il.Trainer(num_nodes=2)
+    with pytest.raises(TypeError, match="model_registry"):
+        il.Trainer(model_registry="me/model")
+
+
 def test_the_adapter_trainer_is_the_native_trainer() -> None:
     """interlock.lightning.Trainer is an interlock.Trainer: the native API keeps working on it."""
     assert issubclass(il.Trainer, interlock.Trainer)

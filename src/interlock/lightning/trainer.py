@@ -7,6 +7,7 @@ views over the frozen state (``callback_metrics``, ``current_epoch``, ``checkpoi
 
 from __future__ import annotations
 
+import datetime
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -36,6 +37,115 @@ class Trainer(NativeTrainer):
     """
 
     _last_module: Module | None = None
+
+    def __init__(
+        self,
+        *,
+        accelerator: Any = "auto",
+        strategy: str = "auto",
+        devices: Any = "auto",
+        num_nodes: int = 1,
+        precision: Any = None,
+        logger: bool | Listener | list[Listener] | None = None,
+        callbacks: list[Listener] | Listener | None = None,
+        fast_dev_run: bool | int = False,
+        max_epochs: int | None = None,
+        min_epochs: int | None = None,
+        max_steps: int = -1,
+        min_steps: int | None = None,
+        max_time: str | datetime.timedelta | dict[str, int] | None = None,
+        limit_train_batches: int | float | None = None,
+        limit_val_batches: int | float | None = None,
+        limit_test_batches: int | float | None = None,
+        limit_predict_batches: int | float | None = None,
+        overfit_batches: int | float = 0.0,
+        val_check_interval: int | float | None = None,
+        check_val_every_n_epoch: int | None = 1,
+        num_sanity_val_steps: int | None = None,
+        log_every_n_steps: int | None = None,
+        enable_checkpointing: bool | None = None,
+        enable_progress_bar: bool | None = None,
+        enable_model_summary: bool | None = None,
+        accumulate_grad_batches: int = 1,
+        gradient_clip_val: int | float | None = None,
+        gradient_clip_algorithm: str | None = None,
+        deterministic: bool | None = None,
+        benchmark: bool | None = None,
+        inference_mode: bool = True,
+        use_distributed_sampler: bool = True,
+        profiler: Any = None,
+        detect_anomaly: bool = False,
+        barebones: bool = False,
+        plugins: Any = None,
+        sync_batchnorm: bool = False,
+        reload_dataloaders_every_n_epochs: int = 0,
+        default_root_dir: str | os.PathLike[str] | None = None,
+        enable_autolog_hparams: bool = True,
+        model_registry: str | None = None,
+        **interlock_flags: Any,
+    ) -> None:
+        """Lightning's ``Trainer(...)`` arguments and defaults; ``None`` means Lightning's default, as there.
+
+        ``max_time`` adds a ``Timer(duration=max_time)`` as Lightning does. interlock's own flags
+        (``seed``, ``enable_trace``, ``chart``, ...) pass through. A Lightning argument interlock
+        cannot honour raises the native Trainer's ``TypeError`` naming what to do instead.
+        """
+        if not isinstance(enable_autolog_hparams, bool):
+            raise ValueError(f"Trainer(enable_autolog_hparams={enable_autolog_hparams!r}) must be True or False")
+        if model_registry is not None:
+            raise TypeError(
+                f"Trainer(model_registry={model_registry!r}) is Lightning's model registry upload, which interlock "
+                "does not have: upload the checkpoint files yourself"
+            )
+        given = [] if callbacks is None else [callbacks] if isinstance(callbacks, Listener) else list(callbacks)
+        if max_time is not None:
+            from interlock.lightning.callbacks import Timer
+
+            given.append(Timer(duration=max_time, interval="step"))
+        lightning_only = {
+            "num_nodes": num_nodes,
+            "benchmark": benchmark,
+            "inference_mode": inference_mode,
+            "use_distributed_sampler": use_distributed_sampler,
+            "profiler": profiler,
+            "detect_anomaly": detect_anomaly,
+            "barebones": barebones,
+            "plugins": plugins,
+            "sync_batchnorm": sync_batchnorm,
+            "reload_dataloaders_every_n_epochs": reload_dataloaders_every_n_epochs,
+        }
+        super().__init__(
+            accelerator=accelerator,
+            strategy=strategy,
+            devices=devices,
+            precision="32-true" if precision is None else precision,
+            logger=logger,
+            callbacks=given or None,
+            fast_dev_run=fast_dev_run,
+            max_epochs=max_epochs,
+            min_epochs=min_epochs,
+            max_steps=max_steps,
+            min_steps=min_steps,
+            limit_train_batches=limit_train_batches,
+            limit_val_batches=limit_val_batches,
+            limit_test_batches=limit_test_batches,
+            limit_predict_batches=limit_predict_batches,
+            overfit_batches=overfit_batches,
+            val_check_interval=1.0 if val_check_interval is None else val_check_interval,
+            check_val_every_n_epoch=check_val_every_n_epoch,
+            num_sanity_val_steps=2 if num_sanity_val_steps is None else num_sanity_val_steps,
+            log_every_n_steps=50 if log_every_n_steps is None else log_every_n_steps,
+            enable_checkpointing=True if enable_checkpointing is None else enable_checkpointing,
+            enable_progress_bar=True if enable_progress_bar is None else enable_progress_bar,
+            enable_model_summary=enable_model_summary,
+            accumulate_grad_batches=accumulate_grad_batches,
+            gradient_clip_val=gradient_clip_val,
+            gradient_clip_algorithm="norm" if gradient_clip_algorithm is None else gradient_clip_algorithm,
+            deterministic=False if deterministic is None else deterministic,
+            default_root_dir=default_root_dir,
+            **lightning_only,
+            **interlock_flags,
+        )
 
     # -- the runs: remember the module, bind the checkpoint callbacks ----------------------------
     def _bind(self, module: Module) -> None:
