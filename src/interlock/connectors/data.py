@@ -18,10 +18,10 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Sampler, SequentialSampler
 
-from interlock.connectors.rng import seed_workers
+from interlock.connectors.rng import get_rng_states, seed_workers, set_rng_states
 from interlock.core.config import TrainerConfig
 from interlock.core.datamodule import LOADER_METHODS, provides
-from interlock.core.module import Module
+from interlock.core.module import Module, overrides
 from interlock.core.registry import Action, Guard, Registry
 from interlock.core.run import STAGE_DATA, Run
 from interlock.core.state import TrainerState, thaw
@@ -442,26 +442,28 @@ def register(reg: Registry) -> None:
 
     @reg.action("data.prepare")
     def prepare(run: Run, params: Mapping[str, Any]) -> Action:
-        """The data module's ``prepare_data()``: once per machine (local rank 0), the others wait.
+        """The data module's ``prepare_data()``, then the module's: once per machine (local rank 0), the others wait.
 
         ``prepare_data_per_node = False`` on the data module: once in all (global rank 0), as in Lightning.
         """
 
         def act() -> None:
-            dm = run.plan.datamodule
-            if dm is None or not callable(getattr(dm, "prepare_data", None)):
-                return
             strategy = run.hardware.strategy
-            per_node = getattr(dm, "prepare_data_per_node", True)
-            if (getattr(strategy, "local_rank", 0) == 0) if per_node else strategy.is_global_zero:
-                dm.prepare_data()
-            strategy.barrier()
+            dm, module = run.plan.datamodule, run.module
+            owners = [dm] if dm is not None and callable(getattr(dm, "prepare_data", None)) else []
+            if overrides(module, "prepare_data"):  # then the module's own, as Lightning
+                owners.append(module)
+            for owner in owners:
+                per_node = getattr(owner, "prepare_data_per_node", True)
+                if (getattr(strategy, "local_rank", 0) == 0) if per_node else strategy.is_global_zero:
+                    owner.prepare_data()
+                strategy.barrier()
 
         return act
 
     @reg.action("data.load")
     def load(run: Run, params: Mapping[str, Any]) -> Action:
-        """The data module's ``setup(stage)``, then the stage's loaders from its ``*_dataloader()`` methods."""
+        """The data module's ``setup(stage)`` (its loaders come later: ``data.loaders``)."""
 
         def act() -> None:
             dm = run.plan.datamodule
@@ -469,21 +471,43 @@ def register(reg: Registry) -> None:
                 return
             if callable(getattr(dm, "setup", None)):
                 dm.setup(stage=run.stage)
-            first, *optional = STAGE_DATA[run.stage]
-            method = LOADER_METHODS[first]
+            first = STAGE_DATA[run.stage][0]
             if not provides(dm, first):
                 raise TypeError(
-                    f"Trainer.{run.stage}(datamodule=...) needs {type(dm).__name__}.{method}(), which it does not "
-                    "implement: add it, or pass the loaders instead"
+                    f"Trainer.{run.stage}(datamodule=...) needs {type(dm).__name__}.{LOADER_METHODS[first]}(), which "
+                    "it does not implement: add it, or pass the loaders instead"
                 )
-            keys = [first]
-            if "val" in optional and provides(dm, "val") and _needs_step(run.module, "validation_step"):
-                keys.append("val")  # Lightning skips validation when the module has no validation_step
-            for key in keys:
-                loaders = getattr(dm, LOADER_METHODS[key])()
-                if key != first and (loaders is None or (isinstance(loaders, list | tuple) and not loaders)):
+
+        return act
+
+    @reg.action("data.loaders")
+    def loaders(run: Run, params: Mapping[str, Any]) -> Action:
+        """The stage's loaders from the data module's (or the module's own) ``*_dataloader()`` methods.
+
+        After the module's ``setup`` and ``configure_model``, as Lightning. When a sanity check will
+        run, ``val_dataloader()`` is called first with the global RNGs put back afterwards (Lightning
+        makes it inside the sanity check's isolated RNG), then ``train_dataloader()``.
+        """
+
+        def act() -> None:
+            source = run.plan.datamodule if run.plan.datamodule is not None else run.module
+            if not run.plan.loads_later:
+                return
+            first, *optional = STAGE_DATA[run.stage]
+            keys = [first] if run.plan.datamodule is not None or run.plan.loaders.get(first) is None else []
+            wanted = "val" in optional and run.plan.loaders.get("val") is None and provides(source, "val")
+            if wanted and _needs_step(run.module, "validation_step"):  # Lightning skips val without validation_step
+                keys.append("val")
+            cfg = run.config
+            sanity = "val" in keys and cfg.sanity_steps != 0 and cfg.limit("val") != 0
+            for key in sorted(keys, key=lambda k: k != "val") if sanity else keys:
+                saved = get_rng_states() if sanity and key == "val" else None
+                made = getattr(source, LOADER_METHODS[key])()
+                if saved is not None:
+                    set_rng_states(saved)
+                if key != first and (made is None or (isinstance(made, list | tuple) and not made)):
                     continue
-                for name, loader in split_loaders(key, loaders).items():
+                for name, loader in split_loaders(key, made).items():
                     run.feeds[name] = Feed(loader)
 
         return act
@@ -563,7 +587,7 @@ def register(reg: Registry) -> None:
     def fetch(run: Run, params: Mapping[str, Any]) -> Action:
         """Take the next training batch (moved to the device); note when the epoch's data ran out."""
         step, counters = run.step, run.counters
-        if "train" not in run.feeds and run.plan.datamodule is None:  # a stage without training data
+        if "train" not in run.feeds and not run.plan.loads_later:  # a stage without training data
             return _no_training_data
         prepare: Any = False
         feed: Any = None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -11,6 +11,7 @@ import torch
 
 from interlock.accelerators.base import Accelerator
 from interlock.accelerators.registry import select_accelerator
+from interlock.core.module import Module, overrides
 from interlock.core.registry import Action, Registry
 from interlock.core.run import Run
 from interlock.core.updates import SetRunInfo
@@ -116,6 +117,41 @@ def _fsdp() -> Any:
     return FSDPStrategy
 
 
+_DATAHOOK_BASES = ("LightningDataModule", "DataHooks", "DataModule")
+_TRANSFER = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
+
+
+def transfer_hooks(module: Any, datamodule: Any) -> tuple[Callable[..., Any], ...] | None:
+    """Lightning's three batch-transfer hooks, each the data module's when it defines it, else the module's.
+
+    ``None`` when neither overrides any of them (batches then take the plain path).
+    """
+    chosen: list[Callable[..., Any]] = []
+    for name in _TRANSFER:
+        own = getattr(type(datamodule), name, None)
+        if callable(own) and getattr(own, "__qualname__", "").split(".")[0] not in _DATAHOOK_BASES:
+            chosen.append(getattr(datamodule, name))
+        elif overrides(module, name):
+            chosen.append(getattr(module, name))
+        else:
+            chosen.append(getattr(Module, name).__get__(module))
+    if all(getattr(fn, "__func__", None) is getattr(Module, name) for fn, name in zip(chosen, _TRANSFER, strict=True)):
+        return None
+    return tuple(chosen)
+
+
+def _with_hooks(
+    hooks: tuple[Callable[..., Any], ...], device: torch.device, convert: Callable[[Any], Any] | None
+) -> Callable[..., Any]:
+    before, transfer, after = hooks
+
+    def prepare(batch: Any, dataloader_idx: int = 0) -> Any:
+        batch = after(transfer(before(batch, dataloader_idx), device, dataloader_idx), dataloader_idx)
+        return batch if convert is None else convert(batch)
+
+    return prepare
+
+
 def register(reg: Registry) -> None:
     """The plugins' actions, dispatched by the chart: ``accelerator.*``, ``strategy.*``, ``precision.*``."""
 
@@ -129,10 +165,14 @@ def register(reg: Registry) -> None:
             hw.accelerator.setup_device(device)
             move = None if device.type == "cpu" else (lambda batch: hw.accelerator.move_to_device(batch, device))
             convert = hw.precision.input_converter()
-            if move is not None and convert is not None:
-                run.prepare_batch = lambda batch: convert(move(batch))
+            custom = transfer_hooks(run.module, run.plan.datamodule)
+            if custom is not None:  # Lightning's batch hooks: before transfer -> transfer -> after transfer
+                run.prepare_batch = _with_hooks(custom, device, convert)
+            elif move is not None and convert is not None:
+                run.prepare_batch = lambda batch, dataloader_idx=0: convert(move(batch))
             else:
-                run.prepare_batch = move or convert
+                plain = move or convert
+                run.prepare_batch = None if plain is None else (lambda batch, dataloader_idx=0: plain(batch))
 
         return act
 
@@ -172,8 +212,12 @@ def register(reg: Registry) -> None:
 
     @reg.action("precision.backward")
     def backward(run: Run, params: Mapping[str, Any]) -> Action:
-        """Backpropagate the step's loss (scaled for 16-mixed, divided by accumulate_grad_batches)."""
-        return run.hardware.precision.backward_action(run.step, run.config.accumulate_grad_batches)  # type: ignore[no-any-return]
+        """Backpropagate the step's loss (scaled for 16-mixed, divided by accumulate_grad_batches).
+
+        Through the module's ``backward(loss)`` when it overrides it (Lightning's hook).
+        """
+        own = run.module.backward if overrides(run.module, "backward") else None
+        return run.hardware.precision.backward_action(run.step, run.config.accumulate_grad_batches, own)  # type: ignore[no-any-return]
 
     @reg.action("strategy.teardown")
     def strategy_teardown(run: Run, params: Mapping[str, Any]) -> Action:

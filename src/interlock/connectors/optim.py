@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -9,11 +10,16 @@ from typing import Any
 import attrs
 import torch
 
-from interlock.core.registry import Action, Guard, Registry
+from interlock.connectors.metrics import loss_of
+from interlock.core.module import overrides, takes_batch_idx
+from interlock.core.registry import NOOP, Action, Guard, Registry
 from interlock.core.run import Run
 from interlock.core.updates import ReplaceOptimizer, SetLearningRate
 
-__all__ = ["Scheduler", "configure_optimizers", "is_manual", "register", "step_schedulers"]
+__all__ = [
+    "Scheduler", "StepOptimizer", "configure_optimizers", "is_manual", "module_step_action", "register",
+    "step_schedulers",
+]  # fmt: skip
 
 
 @attrs.define
@@ -102,21 +108,35 @@ def configure_optimizers(result: Any) -> tuple[list[torch.optim.Optimizer], list
     )
 
 
-def step_schedulers(schedulers: list[Scheduler], interval: str, count: int, metrics: Mapping[str, float]) -> None:
+def _step_scheduler(scheduler: Any, metric: Any) -> None:
+    if metric is None:
+        scheduler.step()
+    else:
+        scheduler.step(metric)
+
+
+def step_schedulers(
+    schedulers: list[Scheduler],
+    interval: str,
+    count: int,
+    metrics: Mapping[str, float],
+    stepper: Callable[[Any, Any], None] = _step_scheduler,
+) -> None:
     """Step the schedulers of ``interval`` that are due at ``count`` (1-based: the epoch, or the batch in the epoch).
 
     A ``ReduceLROnPlateau`` steps with its monitored metric; when that is missing it raises
-    (``strict``, the default) or warns and skips the step, as in Lightning.
+    (``strict``, the default) or warns and skips the step, as in Lightning. ``stepper(scheduler,
+    metric)`` does the step (the module's ``lr_scheduler_step`` when it overrides it).
     """
     for s in schedulers:
         if s.interval != interval or count % s.frequency:
             continue
         if not s.reduce_on_plateau:
-            s.scheduler.step()
+            stepper(s.scheduler, None)
             continue
         assert s.monitor is not None
         if s.monitor in metrics:
-            s.scheduler.step(metrics[s.monitor])
+            stepper(s.scheduler, metrics[s.monitor])
             continue
         message = (
             f"ReduceLROnPlateau conditioned on metric {s.monitor!r}, which is not available; the metrics are "
@@ -125,6 +145,155 @@ def step_schedulers(schedulers: list[Scheduler], interval: str, count: int, metr
         if s.strict:
             raise KeyError(message)
         warnings.warn(f"{message}; strict=False: skipping the learning rate update", RuntimeWarning, stacklevel=2)
+
+
+#: the module's hooks that replace a part of the optimizer step when it overrides them
+_STEP_HOOKS = ("optimizer_step", "configure_gradient_clipping", "optimizer_zero_grad")
+
+
+def _needs_closure(optimizer: torch.optim.Optimizer) -> bool:
+    """The optimizer's ``step`` requires a closure (LBFGS): it re-evaluates the loss."""
+    try:
+        closure = inspect.signature(optimizer.step).parameters.get("closure")
+    except (TypeError, ValueError):
+        return False
+    return closure is not None and closure.default is inspect.Parameter.empty
+
+
+def _scheduler_stepper(module: Any, ahead: bool = False) -> Callable[[Any, Any], None]:
+    """The module's ``lr_scheduler_step`` when it overrides it, else the default step.
+
+    ``ahead``: the module sees ``global_step`` with this batch's step counted, as Lightning steps
+    step-interval schedulers after counting it.
+    """
+    if not overrides(module, "lr_scheduler_step"):
+        return _step_scheduler
+    if not ahead:
+        return module.lr_scheduler_step  # type: ignore[no-any-return]
+
+    def step(scheduler: Any, metric: Any) -> None:
+        view = module.__dict__.get("_interlock_view")
+        if view is not None:
+            view.ahead = 1
+        try:
+            module.lr_scheduler_step(scheduler, metric)
+        finally:
+            if view is not None:
+                view.ahead = 0
+
+    return step
+
+
+class StepOptimizer:
+    """The optimizer as the module's ``optimizer_step`` receives it (Lightning's ``LightningOptimizer``).
+
+    ``step(closure)`` runs the closure, clips the gradients and steps through the precision plugin;
+    everything else is the optimizer's own.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, step: Callable[[torch.optim.Optimizer, Any], Any]) -> None:
+        self.optimizer, self._step = optimizer, step
+
+    def step(self, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
+        if kwargs:
+            raise TypeError(f"optimizer.step() got {sorted(kwargs)}; interlock's optimizer step takes only closure=")
+        return self._step(self.optimizer, closure)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.optimizer, name)
+
+
+class _Closure:
+    """``optimizer_closure``: the loss of the step (computed, with backward, before the optimizer step).
+
+    The first call returns it; another call (an optimizer that re-evaluates, such as LBFGS) zeroes
+    the gradients and runs the training step and backward again.
+    """
+
+    def __init__(self, run: Run) -> None:
+        self.run, self.calls = run, 0
+
+    def __call__(self) -> Any:
+        self.calls += 1
+        run = self.run
+        if self.calls == 1:
+            return run.step.loss
+        module: Any = run.module
+        for optimizer in run.optimizers:
+            optimizer.zero_grad()
+        with torch.enable_grad():
+            fn: Any = run.steps.get("training_step") or module.training_step
+            fn = run.hardware.precision.forward(fn, run.device.type)
+            outputs = (
+                fn(run.step.batch, run.step.index) if takes_batch_idx(module.training_step) else fn(run.step.batch)
+            )
+            module.__dict__.pop("_interlock_logs", None)  # a re-evaluation logs nothing (its step already did)
+            loss = loss_of(outputs)
+            backward = module.backward if overrides(module, "backward") else None
+            run.hardware.precision.backward(loss) if backward is None else backward(loss)
+        return loss
+
+
+def module_step_action(run: Run) -> Callable[[], None]:
+    """The optimizer step with the module's ``optimizer_step``/``configure_gradient_clipping``/``optimizer_zero_grad``.
+
+    Lightning's order: ``optimizer_step(epoch, batch_idx, optimizer, closure)``; its
+    ``optimizer.step(closure)`` runs the closure, unscales (16-mixed) and clips (the module's
+    ``configure_gradient_clipping``, or the Trainer's flags), then steps. The grads are zeroed after
+    the step unless the module zeroes them itself (``optimizer_zero_grad``, before backward).
+    """
+    module: Any = run.module
+    cfg, precision, step, counters = run.config, run.hardware.precision, run.step, run.counters
+    custom_clip = overrides(module, "configure_gradient_clipping")
+    custom_step = overrides(module, "optimizer_step")
+    zero_after = not overrides(module, "optimizer_zero_grad")
+    by_norm = cfg.gradient_clip_algorithm == "norm"
+
+    def clip(optimizer: torch.optim.Optimizer) -> None:
+        if custom_clip or cfg.gradient_clip_val is not None:
+            precision.unscale_gradients(optimizer)
+        if custom_clip:
+            algorithm = cfg.gradient_clip_algorithm if cfg.gradient_clip_val is not None else None  # Lightning: unset
+            module.configure_gradient_clipping(
+                optimizer, gradient_clip_val=cfg.gradient_clip_val, gradient_clip_algorithm=algorithm
+            )
+        elif cfg.gradient_clip_val is not None:
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            if by_norm:
+                torch.nn.utils.clip_grad_norm_(params, cfg.gradient_clip_val)
+            else:
+                torch.nn.utils.clip_grad_value_(params, cfg.gradient_clip_val)
+
+    def optimizer_step(optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None) -> Any:
+        def wrapped() -> Any:
+            out = closure() if closure is not None else None
+            clip(optimizer)
+            return out
+
+        if precision.uses_scaler:  # the scaler cannot re-evaluate a closure: run it first (Lightning's order)
+            out = wrapped()
+            precision.optimizer_step(optimizer)
+            return out
+        result = precision.optimizer_step(optimizer, wrapped)
+        return result
+
+    def act() -> None:
+        for optimizer in run.optimizers:
+            closure = _Closure(run)
+            if custom_step:
+                module.optimizer_step(counters.epoch, step.index, StepOptimizer(optimizer, optimizer_step), closure)
+                if not closure.calls:
+                    raise RuntimeError(
+                        f"{type(module).__name__}.optimizer_step() did not run the closure: call "
+                        "optimizer.step(closure=optimizer_closure) in it (Lightning raises too: 'The closure hasn't "
+                        "been executed')"
+                    )
+            else:
+                optimizer_step(optimizer, closure)
+            if zero_after:
+                optimizer.zero_grad(set_to_none=True)
+
+    return act
 
 
 def is_manual(run: Run) -> bool:
@@ -183,16 +352,46 @@ def register(reg: Registry) -> None:
 
     @reg.action("optim.step")
     def step(run: Run, params: Mapping[str, Any]) -> Action:
-        """Step every optimizer through the precision plugin (clipping first), zero the grads, step schedulers."""
-        cfg, batch, schedulers = run.config, run.step, run.schedulers
-        stepper = run.hardware.precision.step_action(
-            run.optimizers, cfg.gradient_clip_val, cfg.gradient_clip_algorithm == "norm"
-        )
+        """Step every optimizer through the precision plugin (clipping first), zero the grads, step schedulers.
+
+        The module's ``optimizer_step`` / ``configure_gradient_clipping`` / ``optimizer_zero_grad`` /
+        ``lr_scheduler_step`` are called in their place when it overrides them (Lightning's hooks).
+        """
+        cfg, batch, schedulers, module = run.config, run.step, run.schedulers, run.module
+        custom = any(overrides(module, name) for name in _STEP_HOOKS)
+        stepper: Callable[[], None] | None = None
+        sched_step = _scheduler_stepper(module, ahead=True)
 
         def act() -> None:
+            nonlocal stepper
+            if stepper is None:  # the optimizers exist once optim.configure ran
+                if custom or any(_needs_closure(o) for o in run.optimizers):
+                    stepper = module_step_action(run)
+                else:
+                    stepper = run.hardware.precision.step_action(
+                        run.optimizers, cfg.gradient_clip_val, cfg.gradient_clip_algorithm == "norm"
+                    )
             stepper()
             if schedulers:  # Lightning counts the batch within the epoch for a step scheduler's frequency
-                step_schedulers(schedulers, "step", batch.index + 1, run.facts.metrics)
+                step_schedulers(schedulers, "step", batch.index + 1, run.facts.metrics, sched_step)
+
+        return act
+
+    @reg.action("module.optimizer_zero_grad")
+    def zero_grad(run: Run, params: Mapping[str, Any]) -> Action:
+        """The module's ``optimizer_zero_grad`` before backward, at the first batch of each accumulation (Lightning's).
+
+        A no-op when the module does not override it: the optimizer step then zeroes the gradients.
+        """
+        module = run.module
+        if not overrides(module, "optimizer_zero_grad") or is_manual(run):
+            return NOOP
+        every, step, counters = run.config.accumulate_grad_batches, run.step, run.counters
+
+        def act() -> None:
+            if step.index % every == 0:
+                for optimizer in run.optimizers:
+                    module.optimizer_zero_grad(counters.epoch, step.index, optimizer)  # type: ignore[operator]
 
         return act
 
@@ -203,9 +402,11 @@ def register(reg: Registry) -> None:
 
         manual = is_manual(run)
 
+        sched_step = _scheduler_stepper(run.module)
+
         def act() -> None:
             if run.schedulers and not manual:  # under manual optimization training_step steps them (Lightning's)
-                step_schedulers(run.schedulers, "epoch", counters.epoch + 1, run.facts.metrics)
+                step_schedulers(run.schedulers, "epoch", counters.epoch + 1, run.facts.metrics, sched_step)
 
         return act
 

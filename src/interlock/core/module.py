@@ -15,7 +15,13 @@ import torch
 from interlock.core.logging import LogEntry, check_reduce
 
 __all__ = [
-    "AttributeDict", "ManualOptimizer", "Module", "ModuleView", "StepOutput", "provide_checkpoint_loader",
+    "AttributeDict",
+    "ManualOptimizer",
+    "Module",
+    "ModuleView",
+    "StepOutput",
+    "overrides",
+    "provide_checkpoint_loader",
     "takes_batch_idx",
 ]  # fmt: skip
 
@@ -37,6 +43,12 @@ def takes_batch_idx(step: Callable[..., Any]) -> bool:
         return True
     args = spec.args[1:] if inspect.ismethod(fn) or (spec.args[:1] == ["self"]) else spec.args
     return "batch_idx" in args or spec.varargs is not None or len(args) >= 2
+
+
+def overrides(module: Any, name: str) -> bool:
+    """Whether ``module``'s class overrides :class:`Module`'s default ``name`` (or defines it, on another class)."""
+    fn = getattr(type(module), name, None)
+    return callable(fn) and fn is not getattr(Module, name, None)
 
 
 def provide_checkpoint_loader(loader: Callable[..., Any]) -> None:
@@ -153,8 +165,8 @@ class ModuleView:
     """
 
     __slots__ = (
-        "backward", "counters", "global_rank", "local_rank", "loggers", "optimizer_step", "optimizers", "precision",
-        "schedulers", "world_size",
+        "ahead", "backward", "counters", "global_rank", "local_rank", "loggers", "optimizer_step", "optimizers",
+        "precision", "schedulers", "world_size",
     )  # fmt: skip
 
     def __init__(
@@ -175,6 +187,7 @@ class ModuleView:
         self.optimizer_step = optimizer_step
         self.global_rank, self.local_rank, self.world_size = global_rank, local_rank, world_size
         self.loggers, self.precision = list(loggers), precision
+        self.ahead = 0  # 1 while a step counted after the hook's moment shows (lr_scheduler_step, Lightning's)
 
 
 class ManualOptimizer:
@@ -219,6 +232,8 @@ class Module(torch.nn.Module):
 
     metric_modes: ClassVar[Mapping[str, str]] = {}
     automatic_optimization: bool = True
+    #: ``prepare_data`` runs once per machine (``True``) or once in all (``False``), as Lightning's
+    prepare_data_per_node: bool = True
     #: properties TorchScript leaves alone (to_torchscript), as Lightning lists them
     __jit_unused_properties__: ClassVar[list[str]] = [
         "hparams", "hparams_initial", "current_epoch", "global_step", "device", "dtype", "on_gpu", "global_rank",
@@ -403,7 +418,7 @@ class Module(torch.nn.Module):
     def global_step(self) -> int:
         """Optimizer steps taken so far, as Lightning's; 0 outside a run."""
         view = self.__dict__.get("_interlock_view")
-        return 0 if view is None else int(view.counters.global_step)
+        return 0 if view is None else int(view.counters.global_step) + view.ahead
 
     def optimizers(self, use_pl_optimizer: bool = True) -> Any:
         """The optimizer, or the list of them when there are several (as Lightning's).
@@ -460,6 +475,61 @@ class Module(torch.nn.Module):
             torch.nn.utils.clip_grad_value_(params, gradient_clip_val)
         else:
             raise ValueError(f"gradient_clip_algorithm={algorithm!r}; choose 'norm' or 'value'")
+
+    # -- Lightning's overridable steps: called only when a subclass overrides them (overrides()) ------
+    def optimizer_step(
+        self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Callable[[], Any] | None = None
+    ) -> None:
+        """Step ``optimizer`` (Lightning's hook; override to change the step, e.g. a learning-rate warm-up).
+
+        ``optimizer.step(closure=optimizer_closure)`` goes through the precision plugin: the closure
+        gives the step's loss (the training step and backward ran before), then the gradients are
+        clipped. Call it exactly as Lightning's docs show.
+        """
+        optimizer.step(closure=optimizer_closure)
+
+    def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: torch.optim.Optimizer) -> None:
+        """Zero the gradients (Lightning's hook): called before backward at the first batch of each accumulation."""
+        optimizer.zero_grad()
+
+    def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
+        """Step an LR scheduler when it is due (Lightning's hook); ``metric`` is its monitored value or ``None``."""
+        if metric is None:
+            scheduler.step()
+        else:
+            scheduler.step(metric)
+
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """Backpropagate the (scaled, accumulation-divided) loss (Lightning's hook)."""
+        loss.backward(*args, **kwargs)
+
+    def configure_gradient_clipping(
+        self, optimizer: Any, gradient_clip_val: float | None = None, gradient_clip_algorithm: str | None = None
+    ) -> None:
+        """Clip before each optimizer step with the Trainer's settings (Lightning's hook): :meth:`clip_gradients`."""
+        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Alter a batch before it moves to the device (Lightning's hook; default: as it is)."""
+        return batch
+
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        """Move a batch to ``device`` (Lightning's hook; default: every tensor in it)."""
+        return _to_device(batch, device)
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Alter a batch once it is on the device (Lightning's hook; default: as it is)."""
+        return batch
+
+    def configure_model(self) -> None:
+        """Build layers at set-up, after ``setup(stage)`` and before the optimizers (Lightning's hook)."""
+
+    def configure_callbacks(self) -> Any:
+        """Listeners (or Lightning callbacks) this module brings: added to the Trainer's, replacing the same types."""
+        return []
+
+    def prepare_data(self) -> None:
+        """Download or write data (Lightning's hook): once per machine, before ``setup``."""
 
     # -- Lightning's attributes --------------------------------------------------------------
     @property

@@ -43,6 +43,13 @@ class RunPlan:
     ckpt_path: Any = None
     #: the data module the loaders come from (``None``: the loaders were passed)
     datamodule: Any = None
+    #: the module's own ``*_dataloader()`` methods give the loaders that were not passed (Lightning's fallback)
+    module_loaders: bool = False
+
+    @property
+    def loads_later(self) -> bool:
+        """Some loaders are made at set-up (by the data module or the module), not passed."""
+        return self.datamodule is not None or self.module_loaders
 
 
 @attrs.define(slots=True)
@@ -84,7 +91,8 @@ class Run:
     #: the strategy's step callables (``training_step`` through DDP, ...); the module's own when absent
     steps: dict[str, Callable[..., Any]] = attrs.field(factory=dict)
     #: device move and precision input cast of a fetched batch (``None``: batches are used as they come)
-    prepare_batch: Callable[[Any], Any] | None = None
+    #: (``prepare_batch(batch, dataloader_idx)``; the module's batch-transfer hooks run here when it has them)
+    prepare_batch: Callable[..., Any] | None = None
     step: Step = attrs.field(factory=Step)
     signals: Any = None
     checkpoint_io: Any = None

@@ -179,7 +179,7 @@ def register(reg: Registry) -> None:
                 step.fetched, feed.exhausted = False, True
                 return
             prepare = run.prepare_batch
-            step.batch = batch if prepare is None else prepare(batch)
+            step.batch = batch if prepare is None else prepare(batch, counters.eval_loader)
             step.index, step.fetched = counters.eval_batch_idx, True
 
         return act

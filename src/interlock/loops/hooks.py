@@ -17,7 +17,7 @@ from typing import Any
 
 from interlock.connectors.metrics import batch_size
 from interlock.core.logging import take
-from interlock.core.module import ModuleView
+from interlock.core.module import ModuleView, overrides
 from interlock.core.registry import NOOP, Action, Registry
 from interlock.core.run import Run
 from interlock.core.updates import Update, as_updates
@@ -133,6 +133,17 @@ def register(reg: Registry) -> None:
         bind_eval.__doc__ = f"Call the module's on_<loop>_{what} (on_validation_{what}, ...; a no-op when it has none)."
         reg.action(f"module.on_eval_{what}")(bind_eval)
 
+    @reg.action("module.configure_model")
+    def configure_model(run: Run, params: Mapping[str, Any]) -> Action:
+        """The module's ``configure_model()`` after ``setup``, before the device move and the optimizers (Lightning's).
+
+        Called at every stage's set-up, as in Lightning: make it idempotent (build only what is missing).
+        """
+        module: Any = run.module
+        if not overrides(module, "configure_model"):
+            return NOOP
+        return lambda: as_updates(module.configure_model(), f"{type(module).__name__}.configure_model") or None
+
     @reg.action("module.attach")
     def attach(run: Run, params: Mapping[str, Any]) -> Action:
         """Show the module the stage's counters, optimizers and backward (not the trainer); warn on misnamed hooks."""
@@ -143,8 +154,14 @@ def register(reg: Registry) -> None:
             precision = run.hardware.precision
             if hasattr(module, "attach"):
                 strategy = run.hardware.strategy
+                backward = precision.backward
+                if overrides(module, "backward"):  # manual_backward goes through the module's backward (Lightning's)
+
+                    def backward(loss: Any, *args: Any, **kwargs: Any) -> None:
+                        module.backward(precision.scale(loss), *args, **kwargs)
+
                 view = ModuleView(
-                    run.counters, run.optimizers, run.schedulers, precision.backward, precision.optimizer_step,
+                    run.counters, run.optimizers, run.schedulers, backward, precision.optimizer_step,
                     global_rank=int(getattr(strategy, "global_rank", 0)),
                     local_rank=int(getattr(strategy, "local_rank", 0)),
                     world_size=int(getattr(strategy, "world_size", 1)),

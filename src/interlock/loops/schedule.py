@@ -102,7 +102,7 @@ def register(reg: Registry) -> None:
     @reg.guard("schedule.val_due")
     def val_due(run: Run, params: Mapping[str, Any]) -> Guard:
         """Validation is due after this batch (val_check_interval, check_val_every_n_epoch, end of epoch)."""
-        if run.config.limit("val") == 0 or ("val" not in run.feeds and run.plan.datamodule is None):
+        if run.config.limit("val") == 0 or ("val" not in run.feeds and not run.plan.loads_later):
             return _never
 
         def due() -> bool:
@@ -119,7 +119,7 @@ def register(reg: Registry) -> None:
     @reg.guard("limits.epoch_done")
     def epoch_done(run: Run, params: Mapping[str, Any]) -> Guard:
         """The epoch's batch limit is reached, a stop was agreed (min_epochs/min_steps met), or max_steps is reached."""
-        if "train" not in run.feeds and run.plan.datamodule is None:
+        if "train" not in run.feeds and not run.plan.loads_later:
             return _never
         counters, signals, feeds, cfg = run.counters, run.signals, run.feeds, run.config
         max_steps = run.config.max_steps if run.config.max_steps != -1 else None

@@ -226,9 +226,28 @@ class Precision:
             return None
         return self.convert_input
 
-    def backward_action(self, step: Step, accumulate: int) -> Callable[[], None]:
-        """The chart's ``precision.backward``: backpropagate ``step.loss``, divided by ``accumulate``."""
+    def scale(self, loss: torch.Tensor) -> torch.Tensor:
+        """``loss`` multiplied by the gradient scaler's scale (``16-mixed``), else ``loss`` itself."""
+        if not self.uses_scaler:
+            return loss
+        return self._ensure_scaler(self.device_type or loss.device.type).scale(loss)
+
+    def backward_action(
+        self, step: Step, accumulate: int, backward: Callable[..., None] | None = None
+    ) -> Callable[[], None]:
+        """The chart's ``precision.backward``: backpropagate ``step.loss``, divided by ``accumulate``.
+
+        ``backward(loss)`` (the module's own ``backward``) replaces ``loss.backward()``; it gets the scaled loss.
+        """
         plain = self.is_plain
+        if backward is not None:
+            custom = backward
+
+            def act_custom() -> None:
+                loss: Any = step.loss
+                custom(self.scale(loss / accumulate if accumulate > 1 else loss))
+
+            return act_custom
 
         def act() -> None:
             loss: Any = step.loss

@@ -19,13 +19,19 @@ from interlock.connectors.hardware import Hardware
 from interlock.connectors.rundir import release_run_dir
 from interlock.connectors.signals import PreemptionFlag, Signals
 from interlock.core.config import TrainerConfig
-from interlock.core.run import Run, RunPlan
+from interlock.core.datamodule import provides
+from interlock.core.run import STAGE_DATA, Run, RunPlan
 from interlock.core.state import TrainerState
 from interlock.plugins.checkpoint_io import TorchCheckpointIO
 from interlock.plugins.environments import SLURMEnvironment
 from interlock.trainer.runtime import Runtime
 
 __all__ = ["Session", "preemption_signals"]
+
+
+def module_gives_loaders(module: Any, stage: str, loaders: Mapping[str, Any]) -> bool:
+    """The module's own ``*_dataloader()`` makes a loader of ``stage`` that was not passed (Lightning's fallback)."""
+    return any(loaders.get(key) is None and provides(module, key) for key in STAGE_DATA[stage])
 
 
 def preemption_signals(environ: Mapping[str, str] | None = None) -> tuple[int, ...]:
@@ -74,6 +80,7 @@ class Session:
             seed=self.seed if stage == "fit" else None,
             ckpt_path=ckpt_path,
             datamodule=datamodule,
+            module_loaders=datamodule is None and module_gives_loaders(module, stage, loaders),
         )
         feeds = {
             name: Feed(loader) for key, given in loaders.items() for name, loader in split_loaders(key, given).items()

@@ -13,7 +13,7 @@ from interlock.connectors.hardware import resolve_hardware
 from interlock.connectors.rundir import next_run_dir
 from interlock.core.chart import Chart, load_chart
 from interlock.core.config import TrainerConfig
-from interlock.core.datamodule import check_datamodule, is_datamodule
+from interlock.core.datamodule import LOADER_METHODS, check_datamodule, is_datamodule, provides
 from interlock.core.events import EventBus, Handler, Listener, Observer, order_listeners
 from interlock.core.module import Module
 from interlock.core.run import Run
@@ -254,8 +254,11 @@ class Trainer:
         check_datamodule(
             datamodule, {"train_dataloaders": train_dataloaders, "val_dataloaders": val_dataloaders}, "fit"
         )
-        if datamodule is None and train_dataloaders is None:
-            raise TypeError("Trainer.fit() needs train_dataloaders or datamodule=; pass one of them")
+        if datamodule is None and train_dataloaders is None and not provides(module, "train"):
+            raise TypeError(
+                "Trainer.fit() needs train_dataloaders or datamodule=; pass one of them, or define "
+                f"train_dataloader() on {type(module).__name__}"
+            )
         return self._launch(  # type: ignore[no-any-return]
             module, lambda s: s.fit(module, train_dataloaders, val_dataloaders, ckpt_path, datamodule)
         )
@@ -285,8 +288,12 @@ class Trainer:
         if datamodule is None and is_datamodule(dataloaders):
             dataloaders, datamodule = None, dataloaders
         check_datamodule(datamodule, {"dataloaders": dataloaders}, stage)
-        if datamodule is None and dataloaders is None:
-            raise TypeError(f"Trainer.{stage}() needs dataloaders or datamodule=; pass one of them")
+        key = {"validate": "val", "test": "test", "predict": "predict"}[stage]
+        if datamodule is None and dataloaders is None and not provides(module, key):
+            raise TypeError(
+                f"Trainer.{stage}() needs dataloaders or datamodule=; pass one of them, or define "
+                f"{LOADER_METHODS[key]}() on {type(module).__name__}"
+            )
         if ckpt_path is not None and str(ckpt_path) == "best":
             ckpt_path = best_checkpoint(self.listeners, self.state, stage)
         return self._launch(module, lambda s: s.evaluate(stage, module, dataloaders, ckpt_path, datamodule))
