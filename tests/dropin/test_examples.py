@@ -20,13 +20,8 @@ pytest.importorskip("pytorch_lightning")
 TOLERANCE: dict[str, tuple[float, str]] = {}
 
 #: example -> what interlock still lacks for it (the test is xfail(strict) until then).
-_MODULE_LOADERS = "module dataloaders: trainer.fit(model) / trainer.test(model) without loaders"
 _NO_MODEL = 'trainer.test/predict(ckpt_path="best", datamodule=dm) without the model'
 MISSING: dict[str, str] = {
-    "boring_demo": _MODULE_LOADERS,
-    "lstm_demo": _MODULE_LOADERS,
-    "reinforce_learn_Qnet": _MODULE_LOADERS,
-    "reinforce_learn_ppo": _MODULE_LOADERS,
     "autoencoder": f"interlock.lightning.callbacks.Callback; {_NO_MODEL}",
     "backbone_image_classifier": _NO_MODEL,
 }
