@@ -410,6 +410,38 @@ def test_the_trainer_takes_lightnings_signature_and_defaults() -> None:
     assert trainer.config.val_check_interval == 1.0 and trainer.config.num_sanity_val_steps == 2
 
 
+def test_run_methods_take_lightnings_argument_order(tmp_path: Path) -> None:
+    """fit(model, None, None, dm) is a datamodule (Lightning's order); predict(return_predictions=False) gives None."""
+    trainer = il.Trainer(max_epochs=1, default_root_dir=str(tmp_path), enable_progress_bar=False)
+    model, data = Regression(), Data()
+    trainer.fit(model, None, None, data)
+    assert trainer.global_step == 4
+    loader = DataLoader(TensorDataset(torch.randn(4, 3)), batch_size=2)
+
+    class Predicting(Regression):
+        def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            return self.net(batch[0])
+
+    assert trainer.predict(Predicting(), loader, return_predictions=False) is None
+    assert len(trainer.predict(Predicting(), loader)) == 2
+
+
+@pytest.mark.parametrize(
+    ("call", "says"),
+    [
+        ("trainer.fit(model, datamodule=data, weights_only=False)", "weights_only=False"),
+        ("trainer.validate(model, datamodule=data, weights_only=False)", "weights_only=False"),
+        ("trainer.test(model, datamodule=data, verbose='yes')", "verbose='yes'"),
+        ("trainer.predict(model, datamodule=data, return_predictions=1)", "return_predictions=1"),
+    ],
+)
+def test_run_arguments_interlock_cannot_honour_are_refused(call: str, says: str, tmp_path: Path) -> None:
+    """weights_only=False and malformed verbose / return_predictions raise naming the value."""
+    trainer, model, data = il.Trainer(default_root_dir=str(tmp_path)), Regression(), Data()
+    with pytest.raises(ValueError, match=says):
+        eval(call, {"trainer": trainer, "model": model, "data": data})
+
+
 def test_max_time_adds_a_timer_as_lightning_does(tmp_path: Path) -> None:
     """Trainer(max_time=...) installs a Timer with that duration; a value interlock cannot honour still raises."""
     from interlock.lightning.callbacks import Timer

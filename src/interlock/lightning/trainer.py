@@ -147,7 +147,77 @@ class Trainer(NativeTrainer):
             **interlock_flags,
         )
 
-    # -- the runs: remember the module, bind the checkpoint callbacks ----------------------------
+    # -- the runs: Lightning's signatures onto the native ones -------------------------------------
+    def fit(  # type: ignore[override]
+        self,
+        model: Module,
+        train_dataloaders: Any = None,
+        val_dataloaders: Any = None,
+        datamodule: Any = None,
+        ckpt_path: str | os.PathLike[str] | None = None,
+        weights_only: bool | None = None,
+    ) -> dict[str, float]:
+        """Lightning's ``fit(model, train_dataloaders, val_dataloaders, datamodule, ckpt_path)`` (its order)."""
+        _weights_only(weights_only, "fit")
+        return super().fit(model, train_dataloaders, val_dataloaders, ckpt_path, datamodule=datamodule)
+
+    def validate(
+        self,
+        model: Module | None = None,
+        dataloaders: Any = None,
+        ckpt_path: Any = None,
+        verbose: bool = True,
+        datamodule: Any = None,
+        weights_only: bool | None = None,
+    ) -> list[dict[str, float]]:
+        """Lightning's ``validate(model, dataloaders, ckpt_path, verbose, datamodule)``."""
+        out: list[dict[str, float]] = self._lightning_eval(
+            "validate", model, dataloaders, ckpt_path, verbose, datamodule, weights_only
+        )
+        return out
+
+    def test(
+        self,
+        model: Module | None = None,
+        dataloaders: Any = None,
+        ckpt_path: Any = None,
+        verbose: bool = True,
+        datamodule: Any = None,
+        weights_only: bool | None = None,
+    ) -> list[dict[str, float]]:
+        """Lightning's ``test(model, dataloaders, ckpt_path, verbose, datamodule)``."""
+        out: list[dict[str, float]] = self._lightning_eval(
+            "test", model, dataloaders, ckpt_path, verbose, datamodule, weights_only
+        )
+        return out
+
+    def predict(  # type: ignore[override]
+        self,
+        model: Module | None = None,
+        dataloaders: Any = None,
+        datamodule: Any = None,
+        return_predictions: bool | None = None,
+        ckpt_path: Any = None,
+        weights_only: bool | None = None,
+    ) -> Any:
+        """Lightning's ``predict(model, dataloaders, datamodule, return_predictions, ckpt_path)``."""
+        if return_predictions is not None and not isinstance(return_predictions, bool):
+            raise ValueError(f"Trainer.predict(return_predictions={return_predictions!r}) must be None, True or False")
+        _weights_only(weights_only, "predict")
+        out = super().predict(model, dataloaders, ckpt_path, datamodule=datamodule)  # type: ignore[arg-type]
+        return None if return_predictions is False else out
+
+    def _lightning_eval(
+        self, stage: str, model: Any, dataloaders: Any, ckpt_path: Any, verbose: Any, datamodule: Any, weights: Any
+    ) -> Any:
+        _weights_only(weights, stage)
+        if not isinstance(verbose, bool):
+            raise ValueError(f"Trainer.{stage}(verbose={verbose!r}) must be True or False")
+        native = getattr(super(), stage)
+        extra = {} if verbose else {"verbose": False}  # passed only when set: the native default is verbose
+        return native(model, dataloaders, ckpt_path, datamodule=datamodule, **extra)
+
+    # -- remember the module, bind the checkpoint callbacks -------------------------------------
     def _bind(self, module: Module) -> None:
         self._last_module = module
         for listener in self.listeners:
@@ -333,6 +403,15 @@ class CheckpointView:
 
     def __repr__(self) -> str:
         return f"CheckpointView({self._listener!r})"
+
+
+def _weights_only(value: Any, method: str) -> None:
+    """Lightning's ``weights_only`` of ``torch.load``: interlock always loads checkpoints without running code."""
+    if value is not None and value is not True:
+        raise ValueError(
+            f"Trainer.{method}(weights_only={value!r}): interlock loads checkpoints as data only (torch.load with "
+            "weights_only=True), so checkpoints holding pickled objects cannot be loaded; pass None or True"
+        )
 
 
 def _native(listener: Any, name: str) -> Any:
