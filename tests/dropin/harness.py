@@ -20,8 +20,8 @@ import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
+import attrs
 import numpy as np
 import torch
 
@@ -82,6 +82,11 @@ def _fresh(root: Path) -> Iterator[None]:
 
 def run(text: str, name: str, root: Path) -> torch.nn.Module:
     """Execute ``text`` as module ``name`` (importable while it runs, for class paths) and return ``main(root)``."""
+    return _run(text, name, root)[0]
+
+
+def _run(text: str, name: str, root: Path) -> tuple[torch.nn.Module, tuple[int, ...]]:
+    """``main(root)``'s module, and a draw from torch's, numpy's and python's global RNGs right after it."""
     module = types.ModuleType(name)
     module.__file__ = str(EXAMPLES / f"{name}.py")
     sys.modules[name] = module
@@ -89,10 +94,11 @@ def run(text: str, name: str, root: Path) -> torch.nn.Module:
         with _fresh(root):
             exec(compile(text, module.__file__, "exec"), module.__dict__)
             trained = module.main(str(root))
+            draws = (int(torch.randint(2**30, (1,))), int(np.random.randint(2**30)), random.getrandbits(30))
     finally:
         sys.modules.pop(name, None)
     assert isinstance(trained, torch.nn.Module), f"{name}.main() returned {type(trained).__name__}, not the module"
-    return trained
+    return trained, draws
 
 
 def weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -113,9 +119,19 @@ def differences(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor], at
     return out
 
 
-def both(name: str, tmp: Path) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], Any]:
-    """Train example ``name`` under Lightning and switched to interlock; the two weights and the switched module."""
+@attrs.frozen
+class Outcome:
+    """What one run of an example left: the trained weights and the global RNGs' next draws."""
+
+    weights: dict[str, torch.Tensor]
+    rng: tuple[int, ...]
+
+
+def both(name: str, tmp: Path) -> tuple[Outcome, Outcome]:
+    """Train example ``name`` under Lightning, then switched to interlock."""
     text = source(name)
-    lit = weights(run(as_lightning(text), f"dropin_{name}_lightning", tmp / "lightning"))
-    mine = run(switched(text), f"dropin_{name}_interlock", tmp / "interlock")
-    return lit, weights(mine), mine
+    out = []
+    for side, code in (("lightning", as_lightning(text)), ("interlock", switched(text))):
+        trained, draws = _run(code, f"dropin_{name}_{side}", tmp / side)
+        out.append(Outcome(weights(trained), draws))
+    return out[0], out[1]
