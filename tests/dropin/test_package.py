@@ -94,6 +94,9 @@ def test_trainer_attributes_read_after_fit_match_lightning(tmp_path: Path) -> No
     assert set(mine.callback_metrics) == set(lit.callback_metrics)
     for key, value in lit.callback_metrics.items():
         assert torch.equal(mine.callback_metrics[key], value), key
+    assert mine.logged_metrics.keys() == lit.logged_metrics.keys()
+    for key, value in lit.logged_metrics.items():
+        assert torch.equal(mine.logged_metrics[key], value), key
     assert (mine.current_epoch, mine.global_step) == (lit.current_epoch, lit.global_step) == (2, 8)
     assert Path(mine.checkpoint_callback.best_model_path).name == Path(lit_ckpt.best_model_path).name
     assert Path(ckpt.best_model_path).name == Path(lit_ckpt.best_model_path).name
@@ -102,6 +105,10 @@ def test_trainer_attributes_read_after_fit_match_lightning(tmp_path: Path) -> No
     assert isinstance(mine.model, Regression) and mine.lightning_module is mine.model
     assert mine.should_stop is False and mine.is_global_zero
     assert mine.log_dir == str(mine.run_dir)
+    lit.validate(lit.model, Data().val_dataloader(), verbose=False)
+    mine.validate(mine.model, Data().val_dataloader())
+    assert mine.logged_metrics.keys() == lit.logged_metrics.keys() == {"val_loss"}
+    assert torch.equal(mine.logged_metrics["val_loss"], lit.logged_metrics["val_loss"])
 
 
 def test_trainer_refuses_writes_naming_the_interlock_way(tmp_path: Path) -> None:

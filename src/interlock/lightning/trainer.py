@@ -22,6 +22,9 @@ from interlock.trainer.trainer import Trainer as NativeTrainer
 
 __all__ = ["Trainer"]
 
+#: Keys of a history row that describe it rather than measure something.
+_ROW_KEYS = frozenset({"stage", "epoch", "global_step"})
+
 _SETTABLE = {
     "should_stop": "return interlock.Stop('why') from a listener (a Lightning Callback's `trainer.should_stop = True`)",
 }
@@ -241,12 +244,21 @@ class Trainer(NativeTrainer):
 
     @property
     def logged_metrics(self) -> dict[str, torch.Tensor]:
-        """The metrics sent to the loggers: the latest history row's values, as tensors."""
+        """The latest value of each metric the loggers got in the last call (a fit's training and validation rows)."""
         rows = self.state.history
         if not len(rows):
             return {}
-        row = rows[len(rows) - 1]
-        return _tensors({k: v for k, v in row.items() if isinstance(v, int | float) and k not in ("epoch", "step")})
+        last = rows[len(rows) - 1].get("stage")
+        group = {"train", "val"} if self.state.stage == "fit" else {last}  # validate's rows are "val" rows too
+        merged: dict[str, Any] = {}
+        for i in range(len(rows) - 1, -1, -1):
+            row = rows[i]
+            if row.get("stage") not in group:
+                break
+            for key, value in row.items():
+                if key not in _ROW_KEYS and key not in merged and isinstance(value, int | float):
+                    merged[key] = value
+        return _tensors(merged)
 
     @property
     def progress_bar_metrics(self) -> dict[str, float]:
