@@ -462,6 +462,31 @@ def test_max_time_adds_a_timer_as_lightning_does(tmp_path: Path) -> None:
         il.Trainer(model_registry="me/model")
 
 
+def test_the_native_package_does_not_load_the_adapter() -> None:
+    """`import interlock` and a native fit load nothing of interlock.lightning (a plain module pays nothing)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch, interlock\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n"
+        "class M(interlock.Module):\n"
+        "    def __init__(self):\n        super().__init__(); self.l = torch.nn.Linear(2, 1)\n"
+        "    def training_step(self, b, i):\n        return self.l(b[0]).sum()\n"
+        "    def configure_optimizers(self):\n        return torch.optim.SGD(self.parameters(), lr=0.1)\n"
+        "t = interlock.Trainer(max_steps=2, logger=False, enable_progress_bar=False, enable_checkpointing=False,"
+        " enable_trace=False)\n"
+        "t.fit(M(), DataLoader(TensorDataset(torch.randn(4, 2)), batch_size=2))\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('interlock.lightning', 'pytorch_lightning'))))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(interlock.__file__).parents[1])}
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120, env=env
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
 def test_the_adapter_trainer_is_the_native_trainer() -> None:
     """interlock.lightning.Trainer is an interlock.Trainer: the native API keeps working on it."""
     assert issubclass(il.Trainer, interlock.Trainer)
