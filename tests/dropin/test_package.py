@@ -224,6 +224,21 @@ def test_a_lightning_argument_interlock_cannot_honour_is_refused(make: str, says
         eval(make)
 
 
+def test_tensorboard_logger_writes_where_lightning_writes(tmp_path: Path) -> None:
+    """TensorBoardLogger(save_dir, name, version, sub_dir) has Lightning's log_dir and gives its SummaryWriter."""
+    from interlock.lightning.loggers import TensorBoardLogger
+
+    for kwargs in ({}, {"name": "exp", "version": 3}, {"name": "exp", "version": "run_a", "sub_dir": "x"}):
+        mine = TensorBoardLogger(str(tmp_path), **kwargs)  # type: ignore[arg-type]
+        lit = pl.loggers.TensorBoardLogger(str(tmp_path), **kwargs)
+        assert (mine.log_dir, mine.version) == (lit.log_dir, lit.version)
+    trainer = il.Trainer(max_epochs=1, logger=mine, enable_progress_bar=False, default_root_dir=str(tmp_path))
+    trainer.fit(Regression(), datamodule=Data())
+    mine.experiment.add_scalar("extra", 1.0, 0)
+    mine.experiment.flush()
+    assert any(Path(mine.log_dir).glob("events.out.tfevents.*"))
+
+
 def test_a_lightning_api_logger_subclass_is_refused_when_defined() -> None:
     """A Logger subclass written against Lightning's API (log_metrics) is a TypeError naming the listener way."""
     from interlock.lightning.loggers import Logger

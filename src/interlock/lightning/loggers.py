@@ -121,8 +121,13 @@ class TensorBoardLogger(_TensorBoardLogger):
         self.default_hp_metric = default_hp_metric  # interlock writes no hp_metric placeholder
 
     @property
+    def log_dir(self) -> str:  # type: ignore[override]
+        """``save_dir/name/version_N`` (``/sub_dir``), as Lightning's."""
+        return str(self.save_dir)
+
+    @property
     def experiment(self) -> Any:
-        """The ``SummaryWriter`` (made when a run starts)."""
+        """The ``SummaryWriter`` (made on first use)."""
         return self._open()
 
 
