@@ -204,6 +204,45 @@ def test_a_lightning_name_without_equivalent_fails_at_import_naming_the_alternat
         exec(f"from interlock.lightning.{module} import {name}")
 
 
+#: Lightning names another part of the adapter is adding (interlock.lightning.Callback), left out until it lands.
+PENDING: set[str] = {"Callback"}
+
+
+@pytest.mark.parametrize("module", ["", ".callbacks", ".loggers", ".utilities"])
+def test_every_lightning_public_name_imports_or_names_its_alternative(module: str) -> None:
+    """Each name in Lightning's __all__ imports from interlock.lightning, or raises ImportError naming what to use."""
+    theirs = importlib.import_module(f"pytorch_lightning{module}")
+    mine = importlib.import_module(f"interlock.lightning{module}")
+    for name in sorted(set(theirs.__all__) - PENDING):
+        try:
+            getattr(mine, name)
+        except ImportError as exc:
+            assert "interlock" in str(exc) and ": " in str(exc), (name, str(exc))
+        except AttributeError:
+            pytest.fail(f"interlock.lightning{module}.{name} neither exists nor names an alternative")
+
+
+def test_small_utilities_behave_as_lightnings() -> None:
+    """move_data_to_device, suggested_max_num_workers, is_picklable and GradClipAlgorithmType match Lightning's."""
+    from collections import namedtuple
+
+    import pytorch_lightning.utilities as lit
+
+    import interlock.lightning.utilities as mine
+
+    Pair = namedtuple("Pair", "a b")
+    batch = {"x": [torch.ones(2), (torch.zeros(1), "s")], "p": Pair(torch.ones(1), 3)}
+    moved, expected = mine.move_data_to_device(batch, "cpu"), lit.move_data_to_device(batch, "cpu")
+    assert repr(moved) == repr(expected) and isinstance(moved["p"], Pair)
+    assert [mine.suggested_max_num_workers(n) for n in (1, 2, 64)] == [
+        lit.suggested_max_num_workers(n) for n in (1, 2, 64)
+    ]
+    assert [mine.is_picklable(x) for x in (1, lambda: 1, [torch.ones(1)])] == [True, False, True]
+    assert mine.GradClipAlgorithmType("norm") == "NORM" and mine.GradClipAlgorithmType.from_str("value") == "value"
+    with pytest.raises(ValueError, match="local_world_size=0"):
+        mine.suggested_max_num_workers(0)
+
+
 @pytest.mark.parametrize(
     ("make", "says"),
     [

@@ -9,7 +9,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["rank_zero_debug", "rank_zero_info", "rank_zero_only", "rank_zero_warn"]
+__all__ = ["rank_zero_debug", "rank_zero_deprecation", "rank_zero_info", "rank_zero_only", "rank_zero_warn"]
 
 T = TypeVar("T")
 log = logging.getLogger("interlock")
@@ -59,3 +59,9 @@ def rank_zero_debug(*args: Any, stacklevel: int = 4, **kwargs: Any) -> None:
 def rank_zero_warn(message: str | Warning, stacklevel: int = 4, **kwargs: Any) -> None:
     """``warnings.warn`` on rank 0."""
     rank_zero_only(warnings.warn)(message, stacklevel=stacklevel, **kwargs)
+
+
+def rank_zero_deprecation(message: str | Warning, stacklevel: int = 5, **kwargs: Any) -> None:
+    """A ``DeprecationWarning`` on rank 0."""
+    kwargs.setdefault("category", DeprecationWarning)
+    rank_zero_warn(message, stacklevel=stacklevel, **kwargs)
