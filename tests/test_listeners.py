@@ -396,7 +396,7 @@ def test_progress_prints_plain_lines_when_not_a_terminal(
 ) -> None:
     """Without a TTY: one line per epoch and per validation, with batch counts and metrics; none for sanity."""
     trainer = fit(tmp_path, [ProgressBar()], digits)
-    trainer.test(DigitsClassifier(), digits.test_dataloader())
+    trainer.test(DigitsClassifier(), digits.test_dataloader(), verbose=False)  # the progress lines only
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(":")[0] for line in lines] == [
         "Validation (epoch 0)",

@@ -207,7 +207,7 @@ class Trainer(NativeTrainer):
         if return_predictions is not None and not isinstance(return_predictions, bool):
             raise ValueError(f"Trainer.predict(return_predictions={return_predictions!r}) must be None, True or False")
         _weights_only(weights_only, "predict")
-        out = super().predict(model, dataloaders, ckpt_path, datamodule=datamodule)  # type: ignore[arg-type]
+        out = super().predict(model, dataloaders, ckpt_path, datamodule=datamodule)
         return None if return_predictions is False else out
 
     def _lightning_eval(
@@ -232,8 +232,9 @@ class Trainer(NativeTrainer):
         self._bind(module)
         return super()._launch(module, call)
 
-    def _evaluate(self, stage: str, module: Module, dataloaders: Any, ckpt_path: Any, datamodule: Any) -> Any:
-        self._bind(module)
+    def _evaluate(self, stage: str, module: Module | None, dataloaders: Any, ckpt_path: Any, datamodule: Any) -> Any:
+        if module is not None or self._last_module is not None:  # None: the native trainer runs the last module
+            self._bind(module if module is not None else self._last_module)  # type: ignore[arg-type]
         return super()._evaluate(stage, module, dataloaders, ckpt_path, datamodule)
 
     # -- what Lightning code reads ---------------------------------------------------------------

@@ -216,6 +216,7 @@ class Trainer:
         A launcher that starts new processes sends rank 0's result, state and
         weights back, so ``module`` and ``self.state`` end as the run did.
         """
+        self.__dict__["_module"] = module  # what a later validate/test/predict without a module runs
         session, strategy = self._session(), self.hardware.strategy
         if not strategy.launches_processes:
             return strategy.launch(call, session)
@@ -264,26 +265,56 @@ class Trainer:
         )
 
     def validate(
-        self, module: Module, dataloaders: Any = None, ckpt_path: Any = None, *, datamodule: Any = None
+        self,
+        module: Module | None = None,
+        dataloaders: Any = None,
+        ckpt_path: Any = None,
+        *,
+        datamodule: Any = None,
+        verbose: bool = True,
     ) -> list[dict[str, float]]:
         """Run the validation loop once; return its metrics, one dict per loader (as Lightning).
 
-        ``ckpt_path``: ``None`` (the module's weights), a path, ``"last"``, or ``"best"`` (the best
-        ``ModelCheckpoint`` file of this trainer's fit).
+        ``module``: ``None`` runs the module of this trainer's latest stage (Lightning's). ``ckpt_path``:
+        ``None`` (the module's weights), a path, ``"last"``, or ``"best"`` (the best ``ModelCheckpoint``
+        file of this trainer's fit). ``verbose`` prints the results table on rank 0, as Lightning.
         """
-        return self._evaluate("validate", module, dataloaders, ckpt_path, datamodule)  # type: ignore[no-any-return]
+        results = self._evaluate("validate", module, dataloaders, ckpt_path, datamodule)
+        return _report("validate", results, verbose, self.hardware.strategy)
 
     def test(
-        self, module: Module, dataloaders: Any = None, ckpt_path: Any = None, *, datamodule: Any = None
+        self,
+        module: Module | None = None,
+        dataloaders: Any = None,
+        ckpt_path: Any = None,
+        *,
+        datamodule: Any = None,
+        verbose: bool = True,
     ) -> list[dict[str, float]]:
-        """Run the test loop once; return its metrics, one dict per loader: ``trainer.test(...)[0]["test_loss"]``."""
-        return self._evaluate("test", module, dataloaders, ckpt_path, datamodule)  # type: ignore[no-any-return]
+        """Run the test loop once; return its metrics, one dict per loader: ``trainer.test(...)[0]["test_loss"]``.
 
-    def predict(self, module: Module, dataloaders: Any = None, ckpt_path: Any = None, *, datamodule: Any = None) -> Any:
-        """Run the predict loop; return what ``predict_step`` returned for each batch (a list per loader if several)."""
+        ``module``, ``ckpt_path`` and ``verbose`` as for :meth:`validate`.
+        """
+        return _report("test", self._evaluate("test", module, dataloaders, ckpt_path, datamodule), verbose,
+                       self.hardware.strategy)  # fmt: skip
+
+    def predict(
+        self, module: Module | None = None, dataloaders: Any = None, ckpt_path: Any = None, *, datamodule: Any = None
+    ) -> Any:
+        """Run the predict loop; return what ``predict_step`` returned for each batch (a list per loader if several).
+
+        ``module``: ``None`` runs the module of this trainer's latest stage.
+        """
         return self._evaluate("predict", module, dataloaders, ckpt_path, datamodule)
 
-    def _evaluate(self, stage: str, module: Module, dataloaders: Any, ckpt_path: Any, datamodule: Any) -> Any:
+    def _evaluate(self, stage: str, module: Module | None, dataloaders: Any, ckpt_path: Any, datamodule: Any) -> Any:
+        if module is None:
+            module = self.__dict__.get("_module")
+            if module is None:
+                raise TypeError(
+                    f"Trainer.{stage}() got no module and this trainer has run none yet: pass the module "
+                    f"(trainer.{stage}(model, ...)), or fit it first with this trainer"
+                )
         check_ckpt_path(ckpt_path, stage)
         if datamodule is None and is_datamodule(dataloaders):
             dataloaders, datamodule = None, dataloaders
@@ -312,6 +343,37 @@ class Trainer:
 
     def __repr__(self) -> str:
         return f"Trainer({self.hardware.describe()}, at={self.runtime.at!r})"
+
+
+def results_table(stage: str, results: list[dict[str, float]]) -> str:
+    """The metrics of an evaluation, one column per loader (what Lightning prints after validate/test)."""
+    if not any(results):
+        return ""
+    names = sorted({k.split("/dataloader_idx_")[0] for r in results for k in r})
+    columns = [f"{stage.capitalize()} metric", *(f"DataLoader {i}" for i in range(len(results)))]
+    rows = []
+    for name in names:
+        row = [name]
+        for i, result in enumerate(results):
+            value = result.get(name, result.get(f"{name}/dataloader_idx_{i}"))
+            row.append("" if value is None else f"{value:.6g}")
+        rows.append(row)
+    widths = [max(len(line[c]) for line in [columns, *rows]) + 2 for c in range(len(columns))]
+    rule = "-" * sum(widths)
+    body = ["".join(cell.center(w) for cell, w in zip(line, widths, strict=True)) for line in rows]
+    head = "".join(cell.center(w) for cell, w in zip(columns, widths, strict=True))
+    return "\n".join([rule, head, rule, *body, rule])
+
+
+def _report(stage: str, results: list[dict[str, float]], verbose: bool, strategy: Any) -> list[dict[str, float]]:
+    """Print :func:`results_table` on global rank 0 when ``verbose``; return the results."""
+    if not isinstance(verbose, bool):
+        raise ValueError(f"Trainer.{stage}(verbose={verbose!r}): pass True (print the results table) or False")
+    if verbose and getattr(strategy, "is_global_zero", True):
+        table = results_table(stage, results)
+        if table:
+            print(table)
+    return results
 
 
 def _restore_check(listener: Listener) -> Callable[[TrainerState, str], TrainerState]:
