@@ -126,6 +126,42 @@ def _recorder(name: str) -> Any:
 HookRecorder = type("HookRecorder", (), {name: _recorder(name) for name in HOOKS})
 
 
+# every hook Lightning 2.6.6 calls on a callback (Callback's methods), recorded by CallbackRecorder
+CALLBACK_HOOKS = (
+    "setup", "teardown", "on_fit_start", "on_fit_end", "on_sanity_check_start", "on_sanity_check_end",
+    "on_train_batch_start", "on_train_batch_end", "on_train_epoch_start", "on_train_epoch_end",
+    "on_validation_epoch_start", "on_validation_epoch_end", "on_test_epoch_start", "on_test_epoch_end",
+    "on_predict_epoch_start", "on_predict_epoch_end", "on_validation_batch_start", "on_validation_batch_end",
+    "on_test_batch_start", "on_test_batch_end", "on_predict_batch_start", "on_predict_batch_end",
+    "on_train_start", "on_train_end", "on_validation_start", "on_validation_end", "on_test_start", "on_test_end",
+    "on_predict_start", "on_predict_end", "on_exception", "on_save_checkpoint", "on_load_checkpoint",
+    "on_before_backward", "on_after_backward", "on_before_optimizer_step", "on_before_zero_grad",
+)  # fmt: skip
+_BATCH_IDX = {"start": 3, "end": 4}  # where batch_idx is among (trainer, pl_module, ...) of a batch hook
+
+
+def _callback_recorder(name: str) -> Any:
+    where = _BATCH_IDX.get(name.rsplit("_", 1)[-1]) if "_batch_" in name else None
+
+    def hook(self: Any, trainer: Any, pl_module: Any, *args: Any, **kwargs: Any) -> None:
+        batch_idx = args[where - 2] if where is not None else -1
+        self.rows.append(f"{name} e{trainer.current_epoch} s{trainer.global_step} b{batch_idx}")
+
+    hook.__name__ = name
+    return hook
+
+
+# mixed in before the framework's Callback: one row per hook call, "hook e<epoch> s<step> b<batch_idx>"
+CallbackRecorder = type(
+    "CallbackRecorder",
+    (),
+    {
+        "state_key": "CallbackRecorder",
+        **{name: _callback_recorder(name) for name in CALLBACK_HOOKS},
+    },
+)
+
+
 def dataset(n: int, seed: int) -> TensorDataset:
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, 4, generator=g)

@@ -21,6 +21,17 @@ EARLY_ERROR = (
     "a bad training-data setting (a batch fraction rounding to 0, val_check_interval longer than the epoch) "
     "raises at set-up, before the sanity check; Lightning raises the same after running the sanity check"
 )
+# known differences of the callback hook order (issue 20), each fixed on the branch named
+EMPTY_SANITY = "issue 20 hook order: limit_val_batches=0 still runs an empty sanity check (branch order)"
+LAST_EVERY_SAVE = (
+    "issue 20 hook order: last.ckpt is written at every save point, so on_save_checkpoint runs where Lightning, "
+    "which writes it only with a top-k save, does not (branch order)"
+)
+STEP_MONITOR = (
+    "issue 20 hook order: a step checkpoint monitoring a loss returned from training_step is not ranked before "
+    "the epoch's end (the returned loss reaches the metrics there); Lightning's self.log has it each step, so "
+    "it writes, then drops, an early top-k file"
+)
 NO_VAL = DataSpec(val_loaders=0)
 SHUFFLED = DataSpec(shuffle=True)
 LOG = ModuleSpec(style="log")
@@ -56,7 +67,7 @@ CASES: list[Case] = [
     Case("limit-val-0.1", {**E2, "limit_val_batches": 0.1}),
     Case("limit-val-1", {**E2, "limit_val_batches": 1}),
     Case("limit-val-0.5", {**E2, "limit_val_batches": 0.5}),
-    Case("limit-val-0", {**E2, "limit_val_batches": 0}),
+    Case("limit-val-0", {**E2, "limit_val_batches": 0}, known_issue=EMPTY_SANITY),
     Case("limit-test-1", {**E2, "limit_test_batches": 1}, calls=("fit", "test"), requires=("eval_returns_list",)),
     Case("limit-predict-1", {**E2, "limit_predict_batches": 1}, calls=("fit", "predict")),
     # -- accumulation and clipping ---------------------------------------------------------
@@ -139,7 +150,7 @@ CASES: list[Case] = [
         "ckpt-val-loss-top2-lr-high", E4, checkpoint={"monitor": "val_loss", "save_top_k": 2}, module=ModuleSpec(lr=2.0)
     ),
     Case("ckpt-top-all", E3, checkpoint={"monitor": "val_loss", "save_top_k": -1}),
-    Case("ckpt-top0-last", E3, checkpoint={"save_top_k": 0, "save_last": True}),
+    Case("ckpt-top0-last", E3, checkpoint={"save_top_k": 0, "save_last": True}, known_issue=LAST_EVERY_SAVE),
     Case("ckpt-save-last", E3, checkpoint={"monitor": "val_loss", "save_last": True}),
     Case("ckpt-every-2-epochs", E4, checkpoint={"every_n_epochs": 2, "save_top_k": -1}),
     Case("ckpt-every-3-steps", E3, checkpoint={"every_n_train_steps": 3, "save_top_k": -1}),
@@ -147,6 +158,7 @@ CASES: list[Case] = [
         "ckpt-every-3-steps-monitor",
         E3,
         checkpoint={"every_n_train_steps": 3, "monitor": "train_loss", "save_top_k": 2},
+        known_issue=STEP_MONITOR,
     ),
     Case("ckpt-filename-metric", E3, checkpoint={"monitor": "val_loss", "filename": "{epoch}-{val_loss:.2f}"}),
     Case("ckpt-filename-step", E3, checkpoint={"save_top_k": -1, "filename": "model-{step}"}),
@@ -226,7 +238,7 @@ CASES: list[Case] = [
         E3,
         resume=Resume(stop_step=4),
         expected_difference=EXACT_RESUME,
-        differs=("calls", "epoch_metrics"),
+        differs=("callback_hooks", "calls", "epoch_metrics"),
     ),
     Case(
         "resume-mid-epoch",

@@ -25,6 +25,8 @@ class Outcome:
     best_model_path: str = ""
     stopped_epoch: int | None = None
     hooks: tuple[str, ...] = ()
+    #: a recording callback's rows ("hook e<epoch> s<step> b<batch_idx>"), every hook Lightning calls on a callback
+    callback_hooks: tuple[str, ...] = ()
     validate: Any = None
     test: Any = None
     predict: torch.Tensor | None = None

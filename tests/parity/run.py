@@ -12,7 +12,7 @@ import torch
 
 import interlock
 from interlock.listeners import EarlyStopping, ModelCheckpoint
-from parity.body import loaders
+from parity.body import CallbackRecorder, loaders
 from parity.case import Case
 from parity.outcome import Outcome
 from parity.port import PortData, port_module
@@ -90,8 +90,10 @@ def _lightning(
             self.rows.append(_floats(trainer.callback_metrics))
 
     out, recorder = Outcome(), Recorder()
+    hooks = type("LitCallbackRecorder", (CallbackRecorder, pl.Callback), {"rows": None})()
+    hooks.rows = []
     model = lit_module(case.module)
-    callbacks: list[Any] = [recorder]
+    callbacks: list[Any] = [recorder, hooks]
     es = mc = None
     if case.early_stopping is not None:
         es = LitEarlyStopping(**case.early_stopping)
@@ -135,7 +137,7 @@ def _lightning(
     except Exception as exc:
         out.error = f"{type(exc).__name__}: {exc}"
     out.weights, out.calls, out.hooks = _weights(model.net), dict(model.calls), tuple(model.hook_log)
-    out.epoch_metrics = recorder.rows
+    out.epoch_metrics, out.callback_hooks = recorder.rows, tuple(hooks.rows)
     if mc is not None:
         out.checkpoints = _files(tmp / "ckpt")
         out.best_model_path = Path(mc.best_model_path).name
@@ -179,9 +181,13 @@ def _interlock(
     checkpoint: dict[str, Any] | None = None,
     ckpt_path: Path | None = None,
 ) -> Outcome:
+    from interlock.lightning import Callback
+
     out, recorder = Outcome(), Recorder()
+    hooks = type("PortCallbackRecorder", (CallbackRecorder, Callback), {"rows": None})()
+    hooks.rows = []
     module = port_module(case.module)
-    listeners: list[Any] = [recorder]
+    listeners: list[Any] = [recorder, hooks]
     es = mc = None
     if case.early_stopping is not None:
         es = EarlyStopping(**case.early_stopping)
@@ -221,7 +227,7 @@ def _interlock(
     except Exception as exc:
         out.error = f"{type(exc).__name__}: {exc}"
     out.weights, out.calls, out.hooks = _weights(module.net), dict(module.calls), tuple(module.hook_log)
-    out.epoch_metrics = recorder.rows
+    out.epoch_metrics, out.callback_hooks = recorder.rows, tuple(hooks.rows)
     if t is not None and mc is not None:
         out.checkpoints = _files(tmp / "ckpt")
         best = mc.best_model_path

@@ -26,6 +26,7 @@ from typing import Any
 import attrs
 import torch
 
+from interlock.connectors.callbacks import load_callbacks, save_callbacks
 from interlock.connectors.data import (
     generator_state,
     load_datamodule_state,
@@ -49,6 +50,7 @@ from interlock.plugins.strategy import Strategy
 
 __all__ = [
     "CHECKPOINT_FORMAT",
+    "RESUMED_AT",
     "check_ckpt_path",
     "check_fits",
     "check_resumable",
@@ -70,8 +72,11 @@ def dump(
     precision_state: Mapping[str, Any],
     data_state: Any = None,
     strategy: Strategy | None = None,
+    callbacks: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Everything needed to continue the run, as plain data and tensors.
+
+    ``callbacks`` adds the Lightning callbacks' state and runs their on_save_checkpoint, before the module's.
 
     ``strategy`` gathers the model and optimizer state (full, even when sharded);
     with it this is a collective call: every rank must make it. In one process the
@@ -98,6 +103,8 @@ def dump(
             else {}
         ),
     }
+    if callbacks is not None:
+        callbacks(payload)
     hook = getattr(module, "on_save_checkpoint", None)
     if callable(hook):  # Lightning's module hook: it may add its own keys (plain data and tensors) in place
         hook(payload)
@@ -296,6 +303,8 @@ def _say(run: Run, line: str) -> None:
 
 
 _LOADED = "interlock.checkpoint"
+#: the chart state a resumed fit continues in (``run.extras``), for hooks that ran before the save
+RESUMED_AT = "interlock.resumed_at"
 
 
 _EPOCH_END = "fit.train.epoch_end"
@@ -344,6 +353,7 @@ def _write(run: Run, path: str, weights_only: bool = False) -> None:
         run.hardware.precision.state_dict(),
         train.data.data_state() if train is not None else None,
         strategy,
+        (lambda payload: save_callbacks(run, payload)) if run.callbacks else None,
     )
     if weights_only:  # Lightning's save_weights_only: no optimizer, scheduler or gradient state
         payload.update(optimizers=[], schedulers=[], grads={}, weights_only=True)
@@ -374,6 +384,7 @@ def _write_sharded(run: Run, path: str, state: TrainerState, data_state: Any) ->
         "precision": dict(run.hardware.precision.state_dict()),
         "rng": rng,
     }
+    save_callbacks(run, meta)
     strategy.sharded_io().save(path, strategy.sharded_state(run.module, run.optimizers), meta, {"rng": rng})
 
 
@@ -426,6 +437,7 @@ def register(reg: Registry) -> None:
                 raise CheckpointError(f"{source}: {exc}") from None
             run.extras[_LOADED] = (ckpt, source, saved)
             run.extras[RESUMED_KEY] = source
+            load_callbacks(run, ckpt)  # Lightning restores callbacks with the module, before configure_optimizers
             return SetRunInfo(run_dir=run_dir) if continued is not None else None
 
         return act
@@ -472,6 +484,7 @@ def register(reg: Registry) -> None:
                 run_dir=now.run_dir,
             )
             resume_at = run.chart.resume_point(saved.chart) if run.chart is not None else saved.chart
+            run.extras[RESUMED_AT] = resume_at
             why = nothing_to_train(saved, run.config, resume_at)
             _say(
                 run,

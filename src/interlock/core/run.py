@@ -112,6 +112,9 @@ class Run:
     chart: Chart | None = None
     #: the trainer's logger listeners (what the module sees as ``self.loggers``)
     loggers: tuple[Any, ...] = ()
+    #: the trainer's Lightning-style callbacks (called by the hook actions) and its listeners (what they may read)
+    callbacks: tuple[Any, ...] = ()
+    listeners: tuple[Any, ...] = ()
 
     @property
     def state(self) -> TrainerState:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from interlock.core.datamodule import DataModule as LightningDataModule
 from interlock.core.module import Module as LightningModule
+from interlock.lightning.callback import Callback
 from interlock.lightning.trainer import Trainer
 from interlock.lightning.utilities.seed import seed_everything
 
-__all__ = ["LightningDataModule", "LightningModule", "Trainer", "seed_everything"]
+__all__ = ["Callback", "LightningDataModule", "LightningModule", "Trainer", "seed_everything"]

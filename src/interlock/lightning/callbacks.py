@@ -1,4 +1,6 @@
-"""Lightning's ``callbacks`` names: interlock's listeners, taking Lightning's constructor arguments.
+"""Lightning's ``callbacks`` names: ``Callback``, and interlock's listeners taking Lightning's constructor arguments.
+
+``Callback`` is Lightning's base class, run at Lightning's moments (docs/porting.md#callbacks).
 
 ``ModelCheckpoint``, ``EarlyStopping``, ``LearningRateMonitor``, ``Timer`` and
 ``TQDMProgressBar`` (``ProgressBar``) are the native listeners. Lightning's attributes that
@@ -19,6 +21,7 @@ import torch
 
 from interlock.core.state import TrainerState
 from interlock.lightning._refuse import missing, refuse_value
+from interlock.lightning.callback import Callback
 from interlock.listeners import EarlyStopping as _EarlyStopping
 from interlock.listeners import LearningRateMonitor as _LearningRateMonitor
 from interlock.listeners import ModelCheckpoint as _ModelCheckpoint
@@ -26,6 +29,7 @@ from interlock.listeners import ProgressBar as _ProgressBar
 from interlock.listeners import Timer as _Timer
 
 __all__ = [
+    "Callback",
     "EarlyStopping",
     "LearningRateMonitor",
     "ModelCheckpoint",

@@ -15,6 +15,9 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from interlock.connectors import callbacks
+from interlock.connectors.checkpoint import RESUMED_AT
+from interlock.connectors.data import loader_count
 from interlock.connectors.metrics import batch_size
 from interlock.core.logging import take
 from interlock.core.module import ModuleView, overrides
@@ -68,34 +71,63 @@ def _eval_loop(params: Mapping[str, Any], action: str) -> str:
     return step.removesuffix("_step")
 
 
-def _bind_hook(run: Run, hook: str, args: Callable[[], tuple[Any, ...]], loop: str, each_optimizer: bool) -> Action:
+def _module_call(run: Run, hook: str, loop: str) -> Callable[..., list[Update]] | None:
+    """``call(*args, **kwargs)`` of the module's ``hook`` returning its updates; ``None`` when it has none."""
     module = run.module
     fn = getattr(type(module), hook, None)
     if fn is None or not callable(fn):
-        return NOOP
+        return None
     method = getattr(module, hook)
     mdict = module.__dict__
     step = run.step
 
-    def results(out: Any) -> list[Update]:
-        updates = as_updates(out, f"{type(module).__name__}.{hook}")
+    def call(*args: Any, **kwargs: Any) -> list[Update]:
+        updates = as_updates(method(*args, **kwargs), f"{type(module).__name__}.{hook}")
         logs = mdict.get("_interlock_logs")
         if logs:
             updates.extend(take(logs, hook, loop, lambda: batch_size(step.batch)))
         return updates
 
-    if each_optimizer:
+    return call
+
+
+def hook_calls(run: Run, hook: str, loop: str) -> list[Callable[..., list[Update]]]:
+    """Who runs ``hook``, in Lightning's order: the callbacks, then the module.
+
+    ``on_train_epoch_end`` runs the monitoring callbacks (``EarlyStopping``, ``ModelCheckpoint``)
+    after the module, so they see what it logged there. The callbacks' ``on_train_batch_end`` runs
+    at the ``fit.train.batch.end`` event instead (:func:`~interlock.connectors.callbacks.batch_end_handler`).
+    """
+    epoch_end = hook == "on_train_epoch_end"
+    parts = (
+        None if hook == "on_train_batch_end" else callbacks.caller(run, hook, loop, False if epoch_end else None),
+        _module_call(run, hook, loop),
+        callbacks.caller(run, hook, loop, True) if epoch_end else None,
+    )
+    return [p for p in parts if p is not None]
+
+
+def _bind_hook(run: Run, hook: str, args: Callable[[], tuple[Any, ...]], loop: str, each_optimizer: bool) -> Action:
+    parts = hook_calls(run, hook, loop)
+    if not parts:
+        return NOOP
+    if each_optimizer:  # per optimizer: the callbacks, then the module (Lightning)
 
         def per_optimizer() -> list[Update]:
-            updates: list[Update] = []
-            for optimizer in run.optimizers:
-                updates.extend(results(method(optimizer)))
-            return updates
+            return [u for optimizer in run.optimizers for part in parts for u in part(optimizer)]
 
         return per_optimizer
     if hook in ("setup", "teardown"):  # Lightning passes the stage by keyword
-        return lambda: results(method(stage=run.stage))
-    return lambda: results(method(*args()))
+        return lambda: [u for part in parts for u in part(stage=run.stage)]
+    if len(parts) == 1:
+        only = parts[0]
+        return lambda: only(*args())
+
+    def all_parts() -> list[Update]:
+        given = args()
+        return [u for part in parts for u in part(*given)]
+
+    return all_parts
 
 
 def register(reg: Registry) -> None:
@@ -116,21 +148,44 @@ def register(reg: Registry) -> None:
         def bind(run: Run, params: Mapping[str, Any], hook: str = hook) -> Action:
             each = hook in ("on_before_optimizer_step", "on_before_zero_grad")
             action = _bind_hook(run, hook, args_of(run, hook), "train", each)
-            if hook == "on_before_zero_grad" and action is not NOOP and run.config.accumulate_grad_batches > 1:
+            if action is NOOP:
+                return action
+            if hook == "on_before_zero_grad" and run.config.accumulate_grad_batches > 1:
                 every, step, inner = run.config.accumulate_grad_batches, run.step, action
                 return lambda: inner() if step.index % every == 0 else None
+            if hook == "on_train_batch_end":  # a fit resumed at a batch's end: it ran before the save (Lightning)
+                return _not_again(run, action)
+            if hook == "on_train_end" and run.callbacks:  # the view's current_epoch counts the last epoch as done
+                extras, inner = run.extras, action
+
+                def ended() -> Any:
+                    extras[callbacks.TRAINED] = True
+                    return inner()
+
+                return ended
             return action
 
-        bind.__doc__ = f"Call the module's {hook} (a no-op when it has none)."
+        bind.__doc__ = f"Call the callbacks' and the module's {hook} (a no-op when none has it)."
         reg.action(f"module.{hook}")(bind)
 
     for what in _EVAL:
 
         def bind_eval(run: Run, params: Mapping[str, Any], what: str = what) -> Action:
-            hook = f"on_{_eval_loop(params, f'module.on_eval_{what}')}_{what}"
-            return _bind_hook(run, hook, args_of(run, hook), "eval", False)
+            loop = _eval_loop(params, f"module.on_eval_{what}")
+            hook = f"on_{loop}_{what}"
+            args = args_of(run, hook)
+            if what.startswith("batch_") and loader_count(run.feeds, str(params.get("data", loop))) > 1:
+                plain, counters = args, run.counters  # several loaders: Lightning adds dataloader_idx
 
-        bind_eval.__doc__ = f"Call the module's on_<loop>_{what} (on_validation_{what}, ...; a no-op when it has none)."
+                def args() -> tuple[Any, ...]:
+                    return (*plain(), counters.eval_loader)
+
+            return _bind_hook(run, hook, args, "eval", False)
+
+        bind_eval.__doc__ = (
+            f"Call the callbacks' and the module's on_<loop>_{what} (on_validation_{what}, ...; "
+            "a no-op when none has it)."
+        )
         reg.action(f"module.on_eval_{what}")(bind_eval)
 
     @reg.action("module.configure_model")
@@ -143,6 +198,44 @@ def register(reg: Registry) -> None:
         if not overrides(module, "configure_model"):
             return NOOP
         return lambda: as_updates(module.configure_model(), f"{type(module).__name__}.configure_model") or None
+
+    for hook in ("on_sanity_check_start", "on_sanity_check_end"):
+
+        def bind_sanity(run: Run, params: Mapping[str, Any], hook: str = hook) -> Action:
+            if not run.callbacks:
+                return NOOP
+            call = callbacks.caller(run, hook, "eval")
+            starting, extras = hook.endswith("start"), run.extras
+
+            def act() -> list[Update] | None:
+                extras[callbacks.SANITY] = True  # the view's sanity_checking holds from one hook to the other
+                try:
+                    return None if call is None else call()
+                finally:
+                    extras[callbacks.SANITY] = starting
+
+            return act
+
+        bind_sanity.__doc__ = f"Call the callbacks' {hook} (Lightning has no module hook for it)."
+        reg.action(f"callbacks.{hook}")(bind_sanity)
+
+    @reg.action("callbacks.on_exception")
+    def on_exception(run: Run, params: Mapping[str, Any]) -> Action:
+        """Call the callbacks' on_exception with the exception that is ending the stage (none: nothing)."""
+        call = callbacks.caller(run, "on_exception", "train")
+        if call is None:
+            return NOOP
+        return lambda: call(run.error) if run.error is not None else None
+
+    @reg.action("callbacks.flush")
+    def flush(run: Run, params: Mapping[str, Any]) -> Action:
+        """Apply what callbacks asked in hooks run inside a manual training_step (backward, optimizer step)."""
+        if getattr(run.module, "automatic_optimization", True):
+            return NOOP
+        hooked = ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
+        if not run.callbacks and not any(callable(getattr(type(run.module), h, None)) for h in hooked):
+            return NOOP
+        return lambda: callbacks.view(run).take_updates()
 
     @reg.action("module.attach")
     def attach(run: Run, params: Mapping[str, Any]) -> Action:
@@ -160,8 +253,9 @@ def register(reg: Registry) -> None:
                     def backward(loss: Any, *args: Any, **kwargs: Any) -> None:
                         module.backward(precision.scale(loss), *args, **kwargs)
 
+                backward, step = _manual_hooks(run, backward, precision.optimizer_step)
                 view = ModuleView(
-                    run.counters, run.optimizers, run.schedulers, backward, precision.optimizer_step,
+                    run.counters, run.optimizers, run.schedulers, backward, step,
                     global_rank=int(getattr(strategy, "global_rank", 0)),
                     local_rank=int(getattr(strategy, "local_rank", 0)),
                     world_size=int(getattr(strategy, "world_size", 1)),
@@ -171,3 +265,44 @@ def register(reg: Registry) -> None:
                 module.attach(view)
 
         return act
+
+
+def _not_again(run: Run, action: Action) -> Action:
+    """``action``, skipped once when the fit resumed in the state it runs in (it ran before the save)."""
+    extras = run.extras
+
+    def once() -> Any:
+        if extras.pop(RESUMED_AT, None) == "fit.train.batch.end":
+            return None
+        return action()
+
+    return once
+
+
+def _manual_hooks(run: Run, backward: Callable[..., Any], step: Callable[..., Any]) -> tuple[Any, Any]:
+    """Manual optimization's backward and optimizer step, calling the hooks around them as Lightning does.
+
+    ``manual_backward`` runs on_before_backward and on_after_backward (callbacks, then the module);
+    ``optimizer.step()`` runs on_before_optimizer_step. What those hooks log is taken with the step's
+    own logs; what callbacks ask is applied after training_step (``callbacks.flush``).
+    """
+    before, after = hook_calls(run, "on_before_backward", "train"), hook_calls(run, "on_after_backward", "train")
+    pre_step = hook_calls(run, "on_before_optimizer_step", "train")
+
+    def keep(updates: list[Update]) -> None:
+        if updates:
+            callbacks.view(run).keep(updates)
+
+    def manual_backward(loss: Any, *args: Any, **kwargs: Any) -> None:
+        for part in before:
+            keep(part(loss))
+        backward(loss, *args, **kwargs)
+        for part in after:
+            keep(part())
+
+    def optimizer_step(optimizer: Any, closure: Any = None) -> Any:
+        for part in pre_step:
+            keep(part(optimizer))
+        return step(optimizer, closure)
+
+    return (manual_backward if before or after else backward), (optimizer_step if pre_step else step)

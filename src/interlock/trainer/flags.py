@@ -14,10 +14,11 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from interlock.connectors.callbacks import check_callback, is_callback, order_callbacks
 from interlock.core.config import TrainerConfig
 from interlock.core.events import Listener
 
-__all__ = ["LIGHTNING_ONLY", "check_lightning_flags", "check_model_summary", "resolve_listeners"]
+__all__ = ["LIGHTNING_ONLY", "check_lightning_flags", "check_model_summary", "resolve_listeners", "split_callbacks"]
 
 #: Lightning Trainer arguments interlock has no flag for: the value that means "off" in
 #: Lightning (accepted, as it changes nothing) and what to do in interlock instead.
@@ -81,6 +82,27 @@ def check_model_summary(value: Any) -> None:
         raise ValueError(f"Trainer(enable_model_summary={value!r}) is invalid: expected True, False or None")
 
 
+def split_callbacks(name: str, value: Any) -> tuple[Any, list[Any]]:
+    """``value`` without its Lightning-style callbacks, and those callbacks (in Lightning's order).
+
+    A Lightning ``Callback`` (``interlock.lightning.Callback``, or Lightning's own base class
+    subclassed) is recognised by its hook methods; Lightning's built-in callbacks are refused,
+    naming interlock's.
+    """
+    if value is None or isinstance(value, Listener | str | bytes | Mapping):
+        return value, []
+    if is_callback(value):
+        check_callback(value)
+        return [], [value]
+    if not isinstance(value, Iterable):
+        return value, []
+    items = list(value)
+    found = [x for x in items if not isinstance(x, Listener) and is_callback(x)]
+    for callback in found:
+        check_callback(callback)
+    return [x for x in items if not any(x is c for c in found)], list(order_callbacks(found))
+
+
 def _as_list(name: str, value: Any) -> list[Listener]:
     if isinstance(value, Listener):
         return [value]
@@ -94,8 +116,8 @@ def _as_list(name: str, value: Any) -> list[Listener]:
         if not isinstance(item, Listener):
             raise TypeError(
                 f"Trainer({name}=...) item {i} is {item!r:.80}, not a Listener: pass instances of "
-                "interlock.Listener subclasses (ModelCheckpoint(), CSVLogger(), ... or your own), not classes or "
-                "other objects"
+                "interlock.Listener subclasses (ModelCheckpoint(), CSVLogger(), ... or your own) or of "
+                "interlock.lightning.Callback, not classes or other objects"
             )
     return items
 

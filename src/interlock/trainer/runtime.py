@@ -115,6 +115,11 @@ class Runtime:
         return self._at
 
     @property
+    def current_run(self) -> Run | None:
+        """The run of the stage being interpreted (``None`` between stages)."""
+        return self._run
+
+    @property
     def should_stop(self) -> bool:
         return self._base.should_stop
 

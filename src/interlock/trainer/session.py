@@ -61,6 +61,8 @@ class Session:
     preempt_signals: tuple[int, ...] = attrs.field(factory=preemption_signals)
     restore_checks: tuple[Callable[[TrainerState, str], TrainerState], ...] = ()
     loggers: tuple[Any, ...] = ()
+    callbacks: tuple[Any, ...] = ()
+    listeners: tuple[Any, ...] = ()
 
     def run(
         self,
@@ -94,6 +96,8 @@ class Session:
             checkpoint_io=self.checkpoint_io,
             restore_checks=self.restore_checks,
             loggers=self.loggers,
+            callbacks=self.callbacks,
+            listeners=self.listeners,
         )
         try:
             self.runtime.run(stage, run)

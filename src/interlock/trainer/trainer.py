@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from interlock.connectors.best import best_checkpoint
+from interlock.connectors.callbacks import batch_end_handler
 from interlock.connectors.checkpoint import check_ckpt_path
 from interlock.connectors.hardware import resolve_hardware
 from interlock.connectors.rundir import next_run_dir
@@ -21,7 +22,7 @@ from interlock.core.state import TrainerState
 from interlock.listeners.csv_logger import CSVLogger
 from interlock.listeners.tensorboard import TensorBoardLogger
 from interlock.loops import default_registry
-from interlock.trainer.flags import check_lightning_flags, check_model_summary, resolve_listeners
+from interlock.trainer.flags import check_lightning_flags, check_model_summary, resolve_listeners, split_callbacks
 from interlock.trainer.runtime import Runtime
 from interlock.trainer.session import Session
 
@@ -59,7 +60,8 @@ class Trainer:
         strategy: ``"auto"``, ``"single_device"``, ``"ddp"``, ``"ddp_spawn"``, ``"fsdp"``, or ``"ddp_sharded"`` /
             ``"fsdp_sharded"`` (checkpoints are sharded directories, written in the background).
         precision: ``"32-true"``, ``"64-true"``, ``"16-mixed"``, ``"bf16-mixed"``, ``"16-true"``, ``"bf16-true"``.
-        listeners: Listener objects, installed besides the defaults.
+        listeners: Listener objects, installed besides the defaults; Lightning-style callbacks
+            (``interlock.lightning.Callback``) may be among them.
         callbacks: Lightning's name for ``listeners`` (pass one of the two).
         logger: ``True`` (the default ``CSVLogger``), ``False`` (none), or a listener or list of them instead.
         enable_checkpointing: ``False``: no default ``ModelCheckpoint`` (passing one is then an error).
@@ -145,6 +147,10 @@ class Trainer:
                 f"Trainer(deterministic={deterministic!r}) is invalid: expected True (ask torch for deterministic "
                 "algorithms) or False"
             )
+        listeners, own = split_callbacks("listeners", listeners)
+        callbacks, given = split_callbacks("callbacks", callbacks)
+        #: the Lightning-style callbacks, called by the chart's hook actions (Lightning's order)
+        self.callbacks: tuple[Any, ...] = (*own, *given)
         installed = resolve_listeners(
             listeners, callbacks, logger, enable_checkpointing, enable_progress_bar, enable_trace, self.config
         )
@@ -164,6 +170,11 @@ class Trainer:
         self.bus = EventBus(self.statechart.leaves)
         self.runtime = Runtime(self.statechart, self.bus, self.registry)
         self.listeners = order_listeners(installed)
+        if (
+            self.callbacks and "fit.train.batch.end" in self.statechart.leaves
+        ):  # their on_train_batch_end: the event's first handler (before a checkpoint's save)
+            handler: Any = batch_end_handler(lambda: self.runtime.current_run)  # (event): no state snapshot built
+            self.bus.on("fit.train.batch.end", handler, source="callbacks")
         for listener in self.listeners:
             for pattern, handler, every, once in listener.subscriptions():
                 self.bus.on(pattern, handler, every=every, once=once, source=listener.key)
@@ -208,6 +219,8 @@ class Trainer:
             self.seed,
             restore_checks=checks,
             loggers=tuple(x for x in self.listeners if isinstance(x, CSVLogger | TensorBoardLogger)),
+            callbacks=self.callbacks,
+            listeners=tuple(self.listeners),
         )
 
     def _launch(self, module: Module, call: Callable[[Session], Any]) -> Any:

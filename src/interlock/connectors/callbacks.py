@@ -1,0 +1,505 @@
+"""Lightning-style callbacks: called by the chart's hook actions, shown a read-only trainer view.
+
+A Lightning ``Callback`` (``interlock.lightning.Callback``, or one from ``pytorch_lightning`` /
+``lightning.pytorch`` that uses only what the view offers) is recognised by its method
+names. The hook actions of ``loops/hooks.py`` call the callbacks' hook, then the module's
+(Lightning's order; ``on_train_epoch_end`` runs the monitoring callbacks after the module).
+A callback gets a :class:`TrainerView`: what the trainer knows, read from the frozen state
+and the run's read-only parts. Its writes become updates: ``trainer.should_stop = True``
+is ``Stop``, ``trainer.save_checkpoint(path)`` is ``SaveCheckpoint``; any other assignment
+raises naming the interlock way. Only the hooks a callback overrides are called, and a
+trainer without callbacks binds none.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from interlock.connectors.data import feed_key, loader_count, num_batches
+from interlock.core.logging import take
+from interlock.core.run import Run
+from interlock.core.updates import SaveCheckpoint, Stop, Update, as_updates
+
+__all__ = [
+    "CALLBACK_HOOKS",
+    "SANITY",
+    "TRAINED",
+    "TrainerView",
+    "batch_end_handler",
+    "caller",
+    "check_callback",
+    "is_callback",
+    "load_callbacks",
+    "order_callbacks",
+    "save_callbacks",
+    "state_key",
+    "view",
+]
+
+#: Every hook Lightning 2.6.6 calls on a callback, with the trainer and module first.
+CALLBACK_HOOKS = (
+    "setup", "teardown", "on_fit_start", "on_fit_end", "on_sanity_check_start", "on_sanity_check_end",
+    "on_train_batch_start", "on_train_batch_end", "on_train_epoch_start", "on_train_epoch_end",
+    "on_validation_epoch_start", "on_validation_epoch_end", "on_test_epoch_start", "on_test_epoch_end",
+    "on_predict_epoch_start", "on_predict_epoch_end", "on_validation_batch_start", "on_validation_batch_end",
+    "on_test_batch_start", "on_test_batch_end", "on_predict_batch_start", "on_predict_batch_end",
+    "on_train_start", "on_train_end", "on_validation_start", "on_validation_end", "on_test_start", "on_test_end",
+    "on_predict_start", "on_predict_end", "on_exception", "on_save_checkpoint", "on_load_checkpoint",
+    "on_before_backward", "on_after_backward", "on_before_optimizer_step", "on_before_zero_grad",
+)  # fmt: skip
+#: ``run.extras`` key: the sanity check's callbacks hooks are running (the chart is not in it yet, or any more)
+SANITY = "interlock.sanity_checking"
+#: ``run.extras`` key: training has ended (``on_train_end`` is running), so its last epoch counts as completed
+TRAINED = "interlock.trained"
+_BASES = ("interlock.lightning", "pytorch_lightning", "lightning.pytorch")
+#: Lightning callbacks that monitor a metric: their on_train_epoch_end runs after the module's
+_MONITORING = ("EarlyStopping", "Checkpoint")
+
+
+def _from_lightning(cls: type) -> bool:
+    return any(cls.__module__ == b or cls.__module__.startswith(b + ".") for b in _BASES)
+
+
+def is_callback(obj: Any) -> bool:
+    """Whether ``obj`` is a Lightning-style callback: it has a callable named like a callback hook."""
+    if isinstance(obj, type):
+        return False
+    return any(callable(getattr(obj, hook, None)) for hook in CALLBACK_HOOKS)
+
+
+def check_callback(obj: Any) -> None:
+    """Refuse Lightning's own built-in callbacks (they drive the trainer's internals), naming interlock's."""
+    for cls in type(obj).__mro__:
+        if cls.__name__ == "Callback" or not _from_lightning(cls) or cls.__module__.startswith("interlock."):
+            continue
+        raise TypeError(
+            f"{type(obj).__name__} from {cls.__module__} drives Lightning's trainer internals, which interlock does "
+            f"not have: use interlock's own (from interlock.lightning.callbacks import {cls.__name__}, or "
+            f"interlock.listeners), or subclass Callback with the hooks you need"
+        )
+
+
+def _overrides(callback: Any, hook: str) -> bool:
+    """Whether ``callback`` defines ``hook`` itself (not the base class's no-op)."""
+    fn = getattr(type(callback), hook, None)
+    if fn is None:
+        return callable(getattr(callback, hook, None))  # set on the instance
+    if not callable(fn):
+        return False
+    owner = getattr(fn, "__qualname__", "").split(".")[0]
+    return not (owner == "Callback" and _from_lightning_module(getattr(fn, "__module__", "") or ""))
+
+
+def _from_lightning_module(name: str) -> bool:
+    return any(name == b or name.startswith(b + ".") for b in _BASES)
+
+
+def _monitoring(callback: Any) -> bool:
+    return any(c.__name__ in _MONITORING for c in type(callback).__mro__)
+
+
+def order_callbacks(callbacks: Sequence[Any]) -> tuple[Any, ...]:
+    """Lightning's order: as given, with checkpoint callbacks last (they save what the others changed)."""
+    saving = [c for c in callbacks if any(k.__name__ == "Checkpoint" for k in type(c).__mro__)]
+    return tuple(c for c in callbacks if c not in saving) + tuple(saving)
+
+
+def state_key(callback: Any) -> str:
+    """The key of the callback's state in a checkpoint (Lightning's ``state_key``: the class's qualified name)."""
+    key = getattr(callback, "state_key", None)
+    return key if isinstance(key, str) else type(callback).__qualname__
+
+
+# -- the trainer view -----------------------------------------------------------------------------
+_NOT_SETTABLE = {
+    "current_epoch": "the loop counters change only by the chart's transitions",
+    "global_step": "the loop counters change only by the chart's transitions",
+    "callback_metrics": "log from the module (self.log) or return LogMetrics from a Listener",
+    "logged_metrics": "log from the module (self.log) or return LogMetrics from a Listener",
+    "optimizers": "return ReplaceOptimizer or SetLearningRate from a Listener",
+    "lr_scheduler_configs": "return configure_optimizers' schedulers from the module",
+}
+
+
+class _RunState:
+    """``trainer.state``: ``fn`` (``fit``, ``validate``, ...), ``stage`` (``train``, ``sanity_check``, ...)."""
+
+    __slots__ = ("fn", "stage", "status")
+
+    def __init__(self, fn: str, stage: str, status: str) -> None:
+        self.fn, self.stage, self.status = fn, stage, status
+
+    def __repr__(self) -> str:
+        return f"TrainerState(fn={self.fn!r}, stage={self.stage!r}, status={self.status!r})"
+
+
+class TrainerView:
+    """What a Lightning callback sees as ``trainer``: read-only; two writes become updates.
+
+    Reads come from the frozen trainer state and the run's read-only parts (config, data,
+    listeners). ``trainer.should_stop = True`` is a ``Stop`` update and
+    ``trainer.save_checkpoint(path)`` a ``SaveCheckpoint`` one, applied when the hook returns.
+    Setting anything else raises an ``AttributeError`` naming the interlock way.
+    """
+
+    __slots__ = ("_pending", "_run")
+    _run: Run
+    _pending: list[Update]
+
+    def __init__(self, run: Run) -> None:
+        object.__setattr__(self, "_run", run)
+        object.__setattr__(self, "_pending", [])
+
+    # -- writes -------------------------------------------------------------------------------
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "should_stop":
+            if value is True:
+                self._pending.append(Stop("trainer.should_stop = True in a callback"))
+                return
+            if value is False and not self._run.facts.should_stop:
+                return  # already the case
+            raise AttributeError(
+                f"trainer.should_stop = {value!r}: a callback may only ask the run to stop (True); "
+                "interlock cannot withdraw a stop request"
+            )
+        why = _NOT_SETTABLE.get(name, "return updates from an interlock Listener instead")
+        raise AttributeError(
+            f"trainer.{name} is read-only in a callback (interlock's trainer view, see docs/porting.md#callbacks): "
+            f"{why}; a callback may set only trainer.should_stop = True and call trainer.save_checkpoint(path)"
+        )
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"trainer.{name} cannot be deleted: the trainer view is read-only")
+
+    def save_checkpoint(self, filepath: Any, weights_only: bool = False, storage_options: Any = None) -> None:
+        """Ask for a checkpoint at ``filepath`` (written at the next checkpointable state)."""
+        if storage_options is not None:
+            raise TypeError(
+                "trainer.save_checkpoint(storage_options=...) is not supported: interlock writes local files"
+            )
+        self._pending.append(SaveCheckpoint(str(filepath), "callback", weights_only=bool(weights_only)))
+
+    def keep(self, updates: list[Update]) -> None:
+        """Hold updates made outside a hook action (a manual backward, a checkpoint save) for the next one."""
+        self._pending.extend(updates)
+
+    def take_updates(self) -> list[Update]:
+        """The updates the callbacks' writes made since the last call (emptied)."""
+        out, self._pending[:] = list(self._pending), []
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(
+            f"the trainer view a callback receives has no {name!r}; it offers {', '.join(_OFFERS)} "
+            "(docs/porting.md#callbacks); for more, write an interlock Listener"
+        )
+
+    # -- reads --------------------------------------------------------------------------------
+    @property
+    def should_stop(self) -> bool:
+        return self._run.facts.should_stop or any(isinstance(u, Stop) for u in self._pending)
+
+    @property
+    def current_epoch(self) -> int:
+        """Lightning's: the epochs completed once training has ended (``on_train_end``, ``on_fit_end``)."""
+        state = self._run.state
+        ended = state.chart == "fit.end" or self._run.extras.get(TRAINED, False)
+        if ended and state.progress.train_batches:
+            return state.progress.epoch + 1
+        return state.current_epoch
+
+    @property
+    def global_step(self) -> int:
+        """Optimizer steps, including those a manual training_step has taken so far (Lightning counts each)."""
+        return self._run.state.global_step + self._run.counters.manual_steps
+
+    @property
+    def callback_metrics(self) -> dict[str, torch.Tensor]:
+        """The latest metrics as tensors (Lightning's type), copies."""
+        return {k: torch.tensor(v) for k, v in self._run.facts.metrics.items()}
+
+    @property
+    def logged_metrics(self) -> dict[str, torch.Tensor]:
+        """The same as :attr:`callback_metrics` (interlock keeps one set of metrics)."""
+        return self.callback_metrics
+
+    @property
+    def progress_bar_metrics(self) -> dict[str, float]:
+        return dict(self._run.facts.metrics)
+
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return list(self._run.optimizers)
+
+    @property
+    def lr_scheduler_configs(self) -> list[Any]:
+        """The schedulers with ``scheduler``, ``interval``, ``frequency``, ``monitor`` (Lightning's config)."""
+        return list(self._run.schedulers)
+
+    @property
+    def datamodule(self) -> Any:
+        return self._run.plan.datamodule
+
+    @property
+    def lightning_module(self) -> Any:
+        return self._run.module
+
+    @property
+    def model(self) -> Any:
+        return self._run.module
+
+    @property
+    def is_global_zero(self) -> bool:
+        return self._run.facts.is_global_zero
+
+    @property
+    def global_rank(self) -> int:
+        return self._run.facts.global_rank
+
+    @property
+    def local_rank(self) -> int:
+        return int(getattr(self._run.hardware.strategy, "local_rank", 0))
+
+    @property
+    def world_size(self) -> int:
+        return self._run.facts.world_size
+
+    @property
+    def num_devices(self) -> int:
+        return self.world_size
+
+    @property
+    def max_epochs(self) -> int | None:
+        epochs = self._run.config.epochs
+        return -1 if epochs is None and self._run.config.max_steps != -1 else epochs
+
+    @property
+    def max_steps(self) -> int:
+        return self._run.config.max_steps
+
+    @property
+    def min_epochs(self) -> int | None:
+        return self._run.config.min_epochs
+
+    @property
+    def min_steps(self) -> int | None:
+        return self._run.config.min_steps
+
+    @property
+    def accumulate_grad_batches(self) -> int:
+        return self._run.config.accumulate_grad_batches
+
+    @property
+    def num_training_batches(self) -> int | float:
+        feed = self._run.feeds.get("train")
+        if feed is None:
+            return 0
+        n = num_batches(feed.loader, self._run.config.limit("train"))
+        return math.inf if n is None else n
+
+    @property
+    def num_val_batches(self) -> list[int | float]:
+        key = "val" if self._run.stage in ("fit", "validate") else self._run.stage
+        config = self._run.config
+        sanity = config.sanity_steps
+        limit = (None if sanity == -1 else sanity) if self.sanity_checking else config.limit(key)
+        out: list[int | float] = []
+        for i in range(loader_count(self._run.feeds, key)):
+            n = num_batches(self._run.feeds[feed_key(key, i)].loader, limit)
+            out.append(math.inf if n is None else n)
+        return out
+
+    @property
+    def estimated_stepping_batches(self) -> int | float:
+        """Lightning's estimate: optimizer steps the fit will take (``max_steps`` caps it)."""
+        config = self._run.config
+        epochs = config.epochs
+        if epochs is None:
+            return math.inf if config.max_steps == -1 else config.max_steps
+        total = self.num_training_batches
+        if total == math.inf:
+            return config.max_steps
+        steps = math.ceil(total / config.accumulate_grad_batches) * max(epochs, 1)
+        return min(steps, config.max_steps) if config.max_steps != -1 else steps
+
+    @property
+    def state(self) -> _RunState:
+        return _RunState(self._run.stage, self._running_stage(), self._run.facts.status)
+
+    def _running_stage(self) -> str:
+        chart = self._run.state.chart
+        if self.sanity_checking:
+            return "sanity_check"
+        if chart.startswith("fit.train.val"):
+            return "validate"
+        return "train" if self._run.stage == "fit" else self._run.stage
+
+    @property
+    def sanity_checking(self) -> bool:
+        return bool(self._run.extras.get(SANITY, False))
+
+    @property
+    def training(self) -> bool:
+        return self._running_stage() == "train"
+
+    @property
+    def validating(self) -> bool:
+        return self._running_stage() == "validate"
+
+    @property
+    def testing(self) -> bool:
+        return self._run.stage == "test"
+
+    @property
+    def predicting(self) -> bool:
+        return self._run.stage == "predict"
+
+    @property
+    def log_dir(self) -> str:
+        return self._run.state.run_dir or self._run.plan.run_dir or self._run.plan.root
+
+    @property
+    def default_root_dir(self) -> str:
+        return self._run.plan.root
+
+    @property
+    def callbacks(self) -> list[Any]:
+        """The trainer's listeners, then its Lightning callbacks."""
+        return [*self._run.listeners, *self._run.callbacks]
+
+    def _of_kind(self, *names: str) -> list[Any]:
+        return [c for c in self.callbacks if any(k.__name__ in names for k in type(c).__mro__)]
+
+    @property
+    def checkpoint_callbacks(self) -> list[Any]:
+        return self._of_kind("ModelCheckpoint", "Checkpoint")
+
+    @property
+    def checkpoint_callback(self) -> Any:
+        found = self.checkpoint_callbacks
+        return found[0] if found else None
+
+    @property
+    def early_stopping_callbacks(self) -> list[Any]:
+        return self._of_kind("EarlyStopping")
+
+    @property
+    def early_stopping_callback(self) -> Any:
+        found = self.early_stopping_callbacks
+        return found[0] if found else None
+
+    @property
+    def loggers(self) -> list[Any]:
+        return list(self._run.loggers)
+
+    @property
+    def logger(self) -> Any:
+        found = self.loggers
+        return found[0] if found else None
+
+    def __repr__(self) -> str:
+        return f"TrainerView(stage={self._run.stage!r}, at={self._run.state.chart!r})"
+
+
+_OFFERS = sorted(n for n, v in vars(TrainerView).items() if isinstance(v, property) or n in ("save_checkpoint",))
+
+
+# -- calling the callbacks -----------------------------------------------------------------------
+def view(run: Run) -> TrainerView:
+    """The run's trainer view (one per stage), made on first use."""
+    view = run.extras.get("interlock.trainer_view")
+    if view is None:
+        view = run.extras["interlock.trainer_view"] = TrainerView(run)
+    return view
+
+
+def caller(run: Run, hook: str, loop: str, monitoring: bool | None = None) -> Callable[..., list[Update]] | None:
+    """``call(*args, **kwargs)`` that runs ``hook`` of every callback that defines it; ``None`` when none does.
+
+    ``monitoring``: only the monitoring callbacks (``True``), only the others (``False``), all (``None``).
+    What a callback logs through the module (``pl_module.log``) and its writes to the view
+    come back as updates.
+    """
+    chosen = [
+        getattr(c, hook)
+        for c in run.callbacks
+        if _overrides(c, hook) and (monitoring is None or _monitoring(c) == monitoring)
+    ]
+    if not chosen:
+        return None
+    shown, module = view(run), run.module
+    mdict = module.__dict__
+
+    def call(*args: Any, **kwargs: Any) -> list[Update]:
+        for fn in chosen:
+            fn(shown, module, *args, **kwargs)
+        updates = shown.take_updates()
+        logs = mdict.get("_interlock_logs")
+        if logs:
+            updates.extend(take(logs, hook, loop))
+        return updates
+
+    return call
+
+
+def batch_end_handler(current: Callable[[], Run | None]) -> Callable[[Any], list[Update]]:
+    """The first handler of ``fit.train.batch.end``: the callbacks' on_train_batch_end.
+
+    It runs at the event, before the listeners' (a ``ModelCheckpoint`` step save is written right
+    after them), so a checkpoint saved at a batch's end holds what the callbacks did in it, as in
+    Lightning, where the checkpoint callback runs last. The module's hook runs after, as the
+    state's entry action. ``current()`` is the stage's run.
+    """
+    bound: dict[int, Callable[..., list[Update]] | None] = {}
+
+    def handle(event: Any) -> list[Update]:
+        run = current()
+        if run is None:
+            return []
+        key = id(run)
+        if key not in bound:
+            bound.clear()
+            bound[key] = caller(run, "on_train_batch_end", "train")
+        call = bound[key]
+        if call is None:
+            return []
+        step = run.step
+        return call(step.outputs, step.batch, step.index)
+
+    return handle
+
+
+def save_callbacks(run: Run, checkpoint: dict[str, Any]) -> None:
+    """Each callback's ``state_dict`` in ``checkpoint["callbacks"][state_key]``, then its on_save_checkpoint."""
+    if not run.callbacks:
+        return
+    states = {state_key(c): c.state_dict() for c in run.callbacks if callable(getattr(c, "state_dict", None))}
+    checkpoint["callbacks"] = {k: v for k, v in states.items() if v}
+    call = caller(run, "on_save_checkpoint", "train")
+    if call is not None:
+        _apply_later(run, call(checkpoint))
+
+
+def load_callbacks(run: Run, checkpoint: Mapping[str, Any]) -> None:
+    """Lightning's restore of callbacks: every on_load_checkpoint, then each load_state_dict with its saved state."""
+    if not run.callbacks or checkpoint.get("callbacks") is None:
+        return
+    call = caller(run, "on_load_checkpoint", "train")
+    if call is not None:
+        _apply_later(run, call(checkpoint))
+    states = checkpoint["callbacks"]
+    for c in run.callbacks:
+        state = states.get(state_key(c))
+        if state and callable(getattr(c, "load_state_dict", None)):
+            c.load_state_dict(copy.deepcopy(state))
+
+
+def _apply_later(run: Run, updates: list[Update]) -> None:
+    """Updates from a hook called outside an action (a checkpoint's save or load): kept for the next hook action."""
+    if updates:
+        view(run).keep(as_updates(updates, "a callback"))
