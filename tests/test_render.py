@@ -317,7 +317,8 @@ def test_states_show_their_entry_and_exit_actions(chart: Chart) -> None:
     assert _dot_node_text(dot, "fit__train__batch__end") == "end\nentry / module.on_train_batch_end,\nsignals.vote"
     assert (
         _dot_cluster_text(dot, "fit__sanity")
-        == "sanity\nentry / rng.isolate, eval.open\nexit / eval.close, rng.restore"
+        == "sanity\nentry / rng.isolate,\ncallbacks.on_sanity_check_start, eval.open\nexit / eval.close,\n"
+        "callbacks.on_sanity_check_end, rng.restore"
     )
     assert 'point-size="8"' in _dot_node_label(dot, "fit__train__batch__fetch")  # the actions in small type
     for path, spec in chart.states.items():
@@ -398,7 +399,8 @@ def test_traced_failure_is_red_with_the_escaped_message(chart: Chart, failed_run
     assert "bad &quot;x&quot; &lt;y&gt; &amp; {z}" in label and "\n" not in label
     text = _dot_node_text(dot, failing)
     assert text.startswith(
-        f'step {X}2\nentry / module.on_train_batch_start,\nmodule.training_step\n✗ ValueError: bad "x" <y> & {{z}}'
+        f"step {X}2\nentry / module.on_train_batch_start,\nmodule.training_step, callbacks.flush\n"
+        f'✗ ValueError: bad "x" <y> & {{z}}'
     )
     assert text.endswith("\nsecond line")
     assert re.search(rf'"{failing}" \[[^\]]*fillcolor="#f8d0d0", color="#c62828"', dot)
