@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from interlock.connectors.callbacks import is_callback
 from interlock.core.events import Listener
 from interlock.core.module import Module
 from interlock.core.state import TrainerState
@@ -50,7 +51,7 @@ class Trainer(NativeTrainer):
         num_nodes: int = 1,
         precision: Any = None,
         logger: bool | Listener | list[Listener] | None = None,
-        callbacks: list[Listener] | Listener | None = None,
+        callbacks: list[Any] | Any = None,
         fast_dev_run: bool | int = False,
         max_epochs: int | None = None,
         min_epochs: int | None = None,
@@ -100,7 +101,8 @@ class Trainer(NativeTrainer):
                 f"Trainer(model_registry={model_registry!r}) is Lightning's model registry upload, which interlock "
                 "does not have: upload the checkpoint files yourself"
             )
-        given = [] if callbacks is None else [callbacks] if isinstance(callbacks, Listener) else list(callbacks)
+        one = isinstance(callbacks, Listener) or is_callback(callbacks)
+        given = [] if callbacks is None else [callbacks] if one else list(callbacks)
         if max_time is not None:
             from interlock.lightning.callbacks import Timer
 
@@ -324,8 +326,9 @@ class Trainer(NativeTrainer):
         return found[0] if found else None
 
     @property
-    def callbacks(self) -> list[Listener]:
-        return list(self.listeners)
+    def callbacks(self) -> list[Any]:
+        """The listeners, then the Lightning-style callbacks (``interlock.lightning.Callback``)."""
+        return [*self.listeners, *self.lightning_callbacks]
 
     @property
     def checkpoint_callbacks(self) -> list[CheckpointView]:

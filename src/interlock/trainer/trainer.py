@@ -101,8 +101,8 @@ class Trainer:
         devices: Any = "auto",
         strategy: str = "auto",
         precision: Any = "32-true",
-        listeners: Sequence[Listener] | None = None,
-        callbacks: Sequence[Listener] | None = None,
+        listeners: Sequence[Any] | None = None,
+        callbacks: Sequence[Any] | None = None,
         logger: bool | Listener | Sequence[Listener] | None = True,
         enable_checkpointing: bool = True,
         enable_progress_bar: bool = True,
@@ -150,7 +150,7 @@ class Trainer:
         listeners, own = split_callbacks("listeners", listeners)
         callbacks, given = split_callbacks("callbacks", callbacks)
         #: the Lightning-style callbacks, called by the chart's hook actions (Lightning's order)
-        self.callbacks: tuple[Any, ...] = (*own, *given)
+        self.lightning_callbacks: tuple[Any, ...] = (*own, *given)
         installed = resolve_listeners(
             listeners, callbacks, logger, enable_checkpointing, enable_progress_bar, enable_trace, self.config
         )
@@ -171,7 +171,7 @@ class Trainer:
         self.runtime = Runtime(self.statechart, self.bus, self.registry)
         self.listeners = order_listeners(installed)
         if (
-            self.callbacks and "fit.train.batch.end" in self.statechart.leaves
+            self.lightning_callbacks and "fit.train.batch.end" in self.statechart.leaves
         ):  # their on_train_batch_end: the event's first handler (before a checkpoint's save)
             handler: Any = batch_end_handler(lambda: self.runtime.current_run)  # (event): no state snapshot built
             self.bus.on("fit.train.batch.end", handler, source="callbacks")
@@ -219,7 +219,7 @@ class Trainer:
             self.seed,
             restore_checks=checks,
             loggers=tuple(x for x in self.listeners if isinstance(x, CSVLogger | TensorBoardLogger)),
-            callbacks=self.callbacks,
+            callbacks=self.lightning_callbacks,
             listeners=tuple(self.listeners),
         )
 
