@@ -426,7 +426,7 @@ def test_traced_live_run_marks_the_current_state(chart: Chart, live_run: Path) -
     trace = read_trace(live_run)
     dot = to_dot(chart, trace)
     assert _dot_node_text(dot, "fit__train__batch__backward") == (
-        f"backward {X}1\nentry / module.on_before_zero_grad,\nmodule.on_before_backward,\n"
+        f"backward {X}1\nentry / module.on_before_zero_grad,\nmodule.optimizer_zero_grad,\nmodule.on_before_backward,\n"
         "precision.backward, module.on_after_backward\n(current)"
     )
     assert "(final)" not in dot
