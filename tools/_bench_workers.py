@@ -705,7 +705,90 @@ def run_epoch_growth(spec: dict[str, Any]) -> dict[str, Any]:
     return {"epoch_ms": ms, "history_rows": len(trainer.state.history)}
 
 
+def _logging_module(interlock: Any) -> Any:
+    """A module that ``self.log``s its training and validation loss (what a new user writes)."""
+
+    class Net(interlock.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = make_net()
+
+        def training_step(self, batch_data: Any, batch_idx: int) -> torch.Tensor:
+            loss = loss_of(self.net, batch_data)
+            self.log("train_loss", loss, on_epoch=True)
+            return loss
+
+        def validation_step(self, batch_data: Any, batch_idx: int) -> torch.Tensor:
+            loss = loss_of(self.net, batch_data)
+            self.log("val_loss", loss)
+            return loss
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=LR)
+
+    return Net()
+
+
+def _tree_bytes(root: Path, skip: str = "") -> int:
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file() and not (skip and skip in p.parts))
+
+
+def run_long(spec: dict[str, Any]) -> dict[str, Any]:
+    """A long run with every default listener on (progress bar, CSV, trace, ``ModelCheckpoint``).
+
+    ``epochs`` epochs of ``train_batches`` training and ``val_batches`` validation batches, a module
+    that ``self.log``s. Per epoch: its time (clock read at each ``fit.train.epoch_start`` by an
+    observer), and the size of ``last.ckpt`` (read at the next epoch start, after the save finished).
+    At the end: the run directory's bytes by file (checkpoints apart) and per training step.
+    """
+    import interlock
+
+    warm_up("interlock_default")
+    batch, epochs = spec["batch"], spec["epochs"]
+    train = DataLoader(make_dataset(batch * spec["train_batches"]), batch_size=batch)
+    val = DataLoader(make_dataset(batch * spec["val_batches"]), batch_size=batch)
+    root = Path(tempfile.mkdtemp(prefix="bench-long-"))
+    starts: list[float] = []
+    sizes: list[int] = []
+    trainer = interlock.Trainer(
+        max_epochs=epochs,
+        num_sanity_val_steps=0,
+        accelerator="cpu",
+        default_root_dir=str(root),
+        **spec.get("flags", {}),
+    )
+
+    def observe(name: str, *_: Any) -> None:
+        if name == "fit.train.epoch_start":
+            starts.append(time.perf_counter())
+            last = Path(trainer.state.run_dir or root) / "checkpoints" / "last.ckpt"
+            with contextlib.suppress(OSError):
+                sizes.append(last.stat().st_size)
+
+    trainer.observe(observe)
+    with quiet(), contextlib.redirect_stderr(io.StringIO()):
+        trainer.fit(_logging_module(interlock), train, val)
+    run_dir = Path(trainer.state.run_dir)
+    files = {
+        str(p.relative_to(run_dir)): p.stat().st_size
+        for p in sorted(run_dir.rglob("*"))
+        if p.is_file() and "checkpoints" not in p.relative_to(run_dir).parts
+    }
+    steps = trainer.state.global_step
+    return {
+        "epoch_ms": [(b - a) * 1e3 for a, b in itertools.pairwise(starts)],
+        "ckpt_bytes": sizes,
+        "files": files,
+        "steps": steps,
+        "run_dir_bytes": sum(files.values()),
+        "bytes_per_step": sum(files.values()) / steps if steps else None,
+        "trace_bytes_per_step": sum(v for k, v in files.items() if k.startswith("events")) / steps if steps else None,
+        "history_rows": len(trainer.state.history),
+    }
+
+
 TASKS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "long": run_long,
     "epoch_growth": run_epoch_growth,
     "steps": run_steps,
     "steps_same_process": run_steps_same_process,

@@ -78,6 +78,14 @@ def _sharded(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, An
     return header, ckpt
 
 
+def _history_length(ckpt: Mapping[str, Any], state: Mapping[str, Any]) -> int:
+    """Rows of the history: the fingerprint's count (rows in RUN/history.jsonl), else the rows held inline."""
+    fingerprint = ckpt.get("history")
+    if isinstance(fingerprint, Mapping) and isinstance(fingerprint.get("rows"), int):
+        return int(fingerprint["rows"])
+    return len(state.get("history", ()))
+
+
 def summarize_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     """What the checkpoint at ``path`` holds; raises :class:`CheckpointError` for a bad file.
 
@@ -118,7 +126,8 @@ def summarize_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
         "run_dir": state.get("run_dir"),
         "metrics": plain(state.get("metrics", {})),
         "best_metrics": plain(state.get("best_metrics", {})),
-        "history_length": len(state.get("history", ())),
+        "history_length": _history_length(ckpt, state),
+        "history": plain(ckpt["history"]) if isinstance(ckpt.get("history"), Mapping) else None,
         "listeners": plain(state.get("listeners", {})),
         "data": plain(state.get("data", {})),
         "rng": sorted(rng) if isinstance(rng, Mapping) else [],

@@ -34,6 +34,7 @@ from interlock.connectors.data import (
     set_generator_state,
     with_datamodule_state,
 )
+from interlock.connectors.history import HISTORY_KEY, HistoryLog, fingerprint_of, read_history
 from interlock.connectors.metrics import scalars
 from interlock.connectors.optim import Scheduler
 from interlock.connectors.resume_check import check_optimizers, check_precision, check_rng, check_schedulers
@@ -73,18 +74,20 @@ def dump(
     data_state: Any = None,
     strategy: Strategy | None = None,
     callbacks: Callable[[dict[str, Any]], None] | None = None,
+    history: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Everything needed to continue the run, as plain data and tensors.
 
     ``callbacks`` adds the Lightning callbacks' state and runs their on_save_checkpoint, before the module's.
-
+    ``history``: the fingerprint of the history rows written to the run directory
+    (:mod:`interlock.connectors.history`); the checkpoint then holds it instead of the rows.
     ``strategy`` gathers the model and optimizer state (full, even when sharded);
     with it this is a collective call: every rank must make it. In one process the
     gradients are kept too, for a save between the batches of one accumulation
     window (``accumulate_grad_batches > 1``).
     """
     strategy = strategy if strategy is not None else Strategy()
-    state_dict = state.to_dict()
+    state_dict = (state if history is None else state.replace(history=())).to_dict()
     if data_state is not None:
         state_dict["data"] = {**state_dict["data"], "dataset": data_state}
     hparams = getattr(module, "hparams", None)  # Module.save_hyperparameters: plain data, checked when recorded
@@ -92,6 +95,7 @@ def dump(
         "format": CHECKPOINT_FORMAT,
         **({"hyper_parameters": dict(hparams)} if hparams else {}),
         "state": state_dict,
+        **({"history": dict(history)} if history is not None else {}),
         "model": strategy.model_state_dict(module),
         "optimizers": [strategy.optimizer_state_dict(module, o) for o in optimizers],
         "schedulers": [s.scheduler.state_dict() for s in schedulers],
@@ -342,8 +346,9 @@ def _write(run: Run, path: str, weights_only: bool = False) -> None:
     if own is not None:  # the loader's own shuffling generator, as it is now (its next epoch draws from it)
         state = state.replace(data={**state.data, "generator": generator_state(own)})
     strategy = run.hardware.strategy
+    history = _history(run, state)
     if strategy.sharded_checkpoint:
-        _write_sharded(run, path, state, train.data.data_state() if train is not None else None)
+        _write_sharded(run, path, state, train.data.data_state() if train is not None else None, history)
         return
     payload = dump(
         state,
@@ -354,6 +359,7 @@ def _write(run: Run, path: str, weights_only: bool = False) -> None:
         train.data.data_state() if train is not None else None,
         strategy,
         (lambda payload: save_callbacks(run, payload)) if run.callbacks else None,
+        history,
     )
     if weights_only:  # Lightning's save_weights_only: no optimizer, scheduler or gradient state
         payload.update(optimizers=[], schedulers=[], grads={}, weights_only=True)
@@ -370,16 +376,29 @@ def _sio() -> Any:
     return sharded_io
 
 
-def _write_sharded(run: Run, path: str, state: TrainerState, data_state: Any) -> None:
+def _history(run: Run, state: TrainerState) -> dict[str, Any]:
+    """Append the new history rows to ``RUN/history.jsonl`` (rank 0); their fingerprint, for the checkpoint.
+
+    Other ranks write nothing; their fingerprint is empty (only rank 0's checkpoint is written).
+    """
+    if not run.hardware.strategy.is_global_zero:
+        return {}
+    check_run_dir(run)  # a deleted run directory is not silently recreated by the history either
+    log: HistoryLog = run.extras.setdefault(HISTORY_KEY, HistoryLog())
+    return log.sync(state.history, state.run_dir or run.plan.run_dir)
+
+
+def _write_sharded(run: Run, path: str, state: TrainerState, data_state: Any, history: Mapping[str, Any]) -> None:
     """Every rank writes its shards (no gather) and RNG states; rank 0 the trainer state and the manifest."""
     strategy = run.hardware.strategy
-    state_dict = state.to_dict()
+    state_dict = state.replace(history=()).to_dict()
     if data_state is not None:
         state_dict["data"] = {**state_dict["data"], "dataset": data_state}
     rng = get_rng_states()
     meta = {
         "format": CHECKPOINT_FORMAT,
         "state": state_dict,
+        "history": dict(history),
         "schedulers": [s.scheduler.state_dict() for s in run.schedulers],
         "precision": dict(run.hardware.precision.state_dict()),
         "rng": rng,
@@ -428,6 +447,12 @@ def register(reg: Registry) -> None:
             saved = check_loaded(ckpt, run.module, source)
             continued = continued_run_dir(path)  # where the file is, never what it says
             run_dir = str(continued) if continued is not None else run.plan.run_dir
+            fingerprint = fingerprint_of(ckpt, source)
+            if fingerprint is not None:  # the rows are in the run directory: read them back, checked
+                file, data, rows = read_history(fingerprint, path, continued)
+                saved = saved.replace(history=rows)
+                log = run.extras[HISTORY_KEY] = HistoryLog()
+                log.adopt(file, len(rows), data)
             try:
                 if run.chart is not None:
                     run.chart.resume_point(saved.chart)

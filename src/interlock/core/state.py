@@ -72,8 +72,8 @@ class History(Sequence[Mapping[str, Any]]):
     @overload
     def __getitem__(self, index: slice) -> tuple[Mapping[str, Any], ...]: ...
     def __getitem__(self, index: int | slice) -> Any:
-        if isinstance(index, slice):
-            return tuple(self._rows[: self._n][index])
+        if isinstance(index, slice):  # O(len of the slice): the rows past _n belong to longer histories
+            return tuple(self._rows[i] for i in range(*index.indices(self._n)))
         if index < 0:
             index += self._n
         if not 0 <= index < self._n:
