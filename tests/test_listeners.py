@@ -20,6 +20,7 @@ from conftest import only
 from interlock import Event, Listener, LogMetrics, SaveCheckpoint, Stop, Trainer, TrainerState, listen
 from interlock.core.chart import load_chart
 from interlock.core.events import EventBus
+from interlock.core.traceformat import Decoder
 from interlock.core.updates import merge, reduce
 from interlock.examples.digits import DigitsClassifier, DigitsData
 from interlock.listeners import (
@@ -105,10 +106,98 @@ class Scripted(DigitsClassifier):
 
 
 # -- EventTrace ---------------------------------------------------------------------
+def _records(file: Path) -> list[dict[str, Any]]:
+    """The records of a trace in either format (a compact repeat is one record)."""
+    decoder = Decoder()
+    return [r for line in file.read_text().splitlines() for r in decoder.feed(json.loads(line))]
+
+
+def _expand(records: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """Every transition, a compact repeat's loop written out ``times`` times."""
+    out = []
+    for r in records:
+        for _ in range(r.get("times", 1)):
+            out.extend((c["source"], c["trigger"], c["event"]) for c in r.get("cycle", [r]))
+    return out
+
+
+@pytest.mark.parametrize("accumulate", [1, 3])
+def test_compact_trace_holds_every_transition_in_order_with_exact_boundaries(
+    tmp_path: Path, digits: DigitsData, accumulate: int
+) -> None:
+    """The default trace, loops written out, is every transition in order; boundaries keep their exact counters."""
+    seen: list[tuple[str, str, str, int, int, int]] = []
+    trainer = Trainer(
+        **only(EventTrace()),
+        default_root_dir=tmp_path,
+        accelerator="cpu",
+        max_epochs=2,
+        limit_train_batches=20,
+        limit_val_batches=3,
+        accumulate_grad_batches=accumulate,
+    )
+    trainer.observe(lambda n, t, s, c, e, g, b: seen.append((s, t, n, e, g, b)))
+    trainer.fit(DigitsClassifier(), digits.train_dataloader(), digits.val_dataloader())
+    records = _records(Path(trainer.state.run_dir) / "events.jsonl")
+    assert _expand(records) == [x[:3] for x in seen]
+    assert any(r.get("times", 0) > 1 for r in records)  # the batch loop was counted, not written
+    where = {x[2]: x[3:] for x in seen if x[2] in ("fit.train.epoch_end", "fit.train.val.end", "finished")}
+    singles = {r["event"]: (r["epoch"], r["global_step"], r["batch_idx"]) for r in records if "cycle" not in r}
+    assert all(singles[name] == pos for name, pos in where.items())
+    summary = read_trace(trainer.state.run_dir)
+    assert summary.events == len(seen) and summary.visits["fit.train.batch.end"] == 40
+
+
+def test_compact_trace_is_a_few_bytes_per_training_step(tmp_path: Path, digits: DigitsData) -> None:
+    """400 training steps in 2 epochs cost under 100 bytes a step in the compact trace, against ~1 kB in full."""
+    sizes = []
+    for full in (False, True):
+        trainer = Trainer(
+            **only(EventTrace(full=full)),
+            default_root_dir=tmp_path / str(full),
+            accelerator="cpu",
+            max_epochs=2,
+            limit_val_batches=2,
+        )
+        trainer.fit(DigitsClassifier(), torch.utils.data.DataLoader(digits.train_dataloader().dataset, batch_size=4))
+        sizes.append((Path(trainer.state.run_dir) / "events.jsonl").stat().st_size / trainer.state.global_step)
+    assert sizes[0] <= 100 < 500 <= sizes[1]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    keys=st.lists(st.integers(0, 3), max_size=60).flatmap(
+        lambda head: st.tuples(st.just(head), st.lists(st.integers(0, 3), min_size=1, max_size=4), st.integers(0, 12))
+    ),
+    cuts=st.lists(st.integers(0, 120), max_size=5),
+)
+def test_compact_trace_round_trips_any_stream(keys: Any, cuts: list[int]) -> None:
+    """Any sequence of transitions, written in any chunks, decodes back to the same sequence and counters."""
+    import tempfile
+
+    head, loop, turns = keys
+    stream = [*head, *loop * turns, *head, 0]
+    names = [("a", "x"), ("b", "y"), ("c", "z"), ("d", "w")]
+    with tempfile.TemporaryDirectory() as tmp:
+        file = Path(tmp) / "t.jsonl"
+        trace = EventTrace(path=file, flush_every=10**6, flush_seconds=None)
+        trace._rank_zero = True
+        expected = []
+        for i, k in enumerate(stream):
+            event, trigger = names[k]
+            trace.record(event, trigger, "s", i + 1, 0, i, i)
+            expected.append(("s", trigger, event))
+            if i in cuts:
+                trace.flush()
+        trace.flush(final=True)
+        trace.close()
+        assert _expand(_records(file)) == expected
+
+
 def test_trace_has_one_line_per_transition_and_reads_back(tmp_path: Path, digits: DigitsData) -> None:
-    """Every transition of a fit is one JSON line with exactly the documented keys, and read_trace summarises it."""
+    """With full=True every transition of a fit is one JSON line with the documented keys; read_trace sums it."""
     counted: list[tuple[str, str, str]] = []
-    trace = EventTrace()
+    trace = EventTrace(full=True)
     trainer = Trainer(**only(trace), default_root_dir=tmp_path, accelerator="cpu", max_epochs=2, limit_train_batches=3)
     trainer.on("*", lambda e: counted.append((e.source, e.trigger, e.name)))
     trainer.fit(DigitsClassifier(), digits.train_dataloader(), digits.val_dataloader())
@@ -130,7 +219,7 @@ def test_trace_flushes_every_n_lines_and_at_epoch_and_validation_ends(tmp_path: 
     """At each epoch or validation end the file holds every transition so far; between them it grows by flush_every.
 
     The file stays open during the run, and a copy pickled mid-run writes to the same file."""
-    trace = EventTrace(flush_every=7, flush_seconds=None)
+    trace = EventTrace(flush_every=7, flush_seconds=None, full=True)
     copies: list[EventTrace] = []
     trainer = Trainer(
         **only(trace),
@@ -173,7 +262,7 @@ def test_trace_writes_at_least_once_per_flush_seconds(tmp_path: Path, monkeypatc
 
     clock = [0.0]
     monkeypatch.setattr(trace_module, "_now", lambda: clock[0])
-    trace = EventTrace(path=tmp_path / "t.jsonl", flush_every=10**6, flush_seconds=1.0)
+    trace = EventTrace(path=tmp_path / "t.jsonl", flush_every=10**6, flush_seconds=1.0, full=True)
     on_disk: list[int] = []
     for i in range(10):
         clock[0] = i * 0.3
@@ -203,8 +292,9 @@ def test_trace_records_through_an_observer_and_handles_only_boundaries(tmp_path:
         assert not trainer.bus.signals[name].receivers
 
 
-def test_failed_fit_is_traced_with_its_error(tmp_path: Path, digits: DigitsData) -> None:
-    """A NaN loss fails the run: FiniteGuard names where, the trace records the error and where it happened."""
+@pytest.mark.parametrize("full", [False, True])
+def test_failed_fit_is_traced_with_its_error(tmp_path: Path, digits: DigitsData, full: bool) -> None:
+    """A NaN loss fails the run: FiniteGuard names where, the trace (either format) records the error and where."""
 
     class NaNAt(DigitsClassifier):
         calls = 0
@@ -215,8 +305,8 @@ def test_failed_fit_is_traced_with_its_error(tmp_path: Path, digits: DigitsData)
 
     bar = ProgressBar(mode="bar", file=io.StringIO())
     with pytest.raises(FloatingPointError, match=r"non-finite training loss .* epoch 1, global step 6, batch 2"):
-        fit(tmp_path, [bar, EventTrace(), FiniteGuard()], digits, NaNAt(), max_epochs=3)
-    records = [json.loads(x) for x in (tmp_path / "runs" / "version_0" / "events.jsonl").read_text().splitlines()]
+        fit(tmp_path, [bar, EventTrace(full=full), FiniteGuard()], digits, NaNAt(), max_epochs=3)
+    records = _records(tmp_path / "runs" / "version_0" / "events.jsonl")
     with_error = [(r["trigger"], r["event"]) for r in records if "error" in r]
     assert with_error == [("fail", "teardown"), ("failed", "failed")]
     summary = read_trace(tmp_path / "runs" / "version_0")

@@ -647,7 +647,7 @@ def test_a_fractional_val_check_interval_needs_a_sized_training_loader(trainer_f
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    text=st.text(min_size=1, max_size=60).filter(lambda t: t.strip() and not t.lstrip().startswith("{")),
+    text=st.text(min_size=1, max_size=60).filter(lambda t: t.strip() and not t.lstrip().startswith(("{", "["))),
     newline=st.booleans(),
 )
 def test_chart_trace_refuses_a_file_that_is_not_a_trace(

@@ -1,6 +1,7 @@
-"""EventTrace: every chart transition as one JSON line in ``events.jsonl``.
+"""EventTrace: the chart's transitions in ``events.jsonl``: compact by default, one JSON line each with ``full``.
 
-``interlock.viz.read_trace`` (and ``interlock chart --trace``) read this file.
+``interlock.viz.read_trace`` (and ``interlock chart --trace``) and the view read both
+formats (:mod:`interlock.core.traceformat`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any, TextIO
 
 from interlock.core.events import Event, Listener, listen, observe
 from interlock.core.state import TrainerState
+from interlock.core.traceformat import COMPACT
 from interlock.listeners._util import STAGE_STARTS
 
 __all__ = ["TRACE_FILE", "EventTrace"]
@@ -24,35 +26,138 @@ TRACE_FILE = "events.jsonl"
 #: boundaries where a run in progress is most often read (epoch and validation ends).
 _ENDS = frozenset({"finished", "failed", "interrupted"})
 _FLUSH = frozenset({"teardown", "fit.train.epoch_end", "fit.train.val.end", *_ENDS})
-#: One line; a buffered row is exactly its arguments: time, the JSON members of
-#: (event, trigger, source), epoch, global_step, batch_idx, count, and the error member or "".
+#: One full-format line; its arguments: time, the JSON members of (event, trigger, source), epoch,
+#: global_step, batch_idx, count, and the error member or "".
 _LINE = '{"time": %.6f, %s, "epoch": %s, "global_step": %s, "batch_idx": %s, "count": %s%s}\n'
-Row = tuple[float, str, int, int, int, int, str]
+#: A buffered transition: time, key (index of its (event, trigger, source)), epoch, global_step,
+#: batch_idx, count, and the error ("" when none).
+Row = tuple[float, int, int, int, int, int, str]
 _now = time.time
+#: The longest loop (in transitions) the compact trace counts instead of writing.
+_LONGEST_LOOP = 32
+
+
+class _Packer:
+    """Compact lines (:mod:`interlock.core.traceformat`) for one file: keys, single lines, repeats.
+
+    A loop is found when the last ``L`` single transitions repeat the ``L`` before them
+    (``L <= 32``); from then on each turn that matches it is counted, not written, and the
+    count goes out as one ``repeat`` line at each write (the next write continues counting the
+    same loop). A transition that does not match ends the loop; the matched part of an
+    unfinished turn is written as single lines.
+    """
+
+    def __init__(self, t0: float) -> None:
+        self.t0 = t0
+        self.defined: set[int] = set()
+        self.cycle: tuple[int, ...] | None = None
+        self.pos = 0
+        self.reps = 0
+        self.first: Row | None = None
+        self.last: Row | None = None
+        self.partial: list[Row] = []
+        self.recent: list[int] = []
+
+    def header(self) -> str:
+        return json.dumps({"trace": COMPACT, "time": self.t0}) + "\n"
+
+    def pack(self, rows: list[Row], names: list[str], final: bool) -> str:
+        """The lines of ``rows``; ``final`` also writes the unfinished turn of a loop (the run ended)."""
+        out: list[str] = []
+        recent = self.recent  # every key, counted or written: a loop of loops is found at its second turn too
+        for row in rows:
+            k = row[1]
+            recent.append(k)
+            n = len(recent)
+            if n > 4 * _LONGEST_LOOP:
+                del recent[: n - 2 * _LONGEST_LOOP]
+                n = len(recent)
+            cycle = self.cycle
+            if cycle is not None:
+                if k == cycle[self.pos] and not row[6]:
+                    self.partial.append(row)
+                    self.pos += 1
+                    if self.pos == len(cycle):
+                        if not self.reps:
+                            self.first = self.partial[0]
+                        self.reps += 1
+                        self.last = row
+                        self.partial = []
+                        self.pos = 0
+                    continue
+                self._end_loop(out, names)
+            self._single(out, row, names)
+            for size in range(1, min(n // 2, _LONGEST_LOOP) + 1):
+                if recent[-1 - size] == k and recent[-size:] == recent[-2 * size : -size]:
+                    self.cycle, self.pos, self.reps, self.partial = tuple(recent[-size:]), 0, 0, []
+                    break
+        if self.reps:
+            self._repeat(out, names)
+        if final and self.cycle is not None:
+            self._end_loop(out, names)
+        return "".join(out)
+
+    def _define(self, out: list[str], key: int, names: list[str]) -> None:
+        if key not in self.defined:
+            self.defined.add(key)
+            out.append(f'{{"key": {key}, {names[key]}}}\n')
+
+    def _single(self, out: list[str], row: Row, names: list[str]) -> None:
+        self._define(out, row[1], names)
+        error = f",{json.dumps(row[6])}" if row[6] else ""
+        out.append(f"[{row[0] - self.t0:.6f},{row[1]},{row[2]},{row[3]},{row[4]},{row[5]}{error}]\n")
+
+    def _repeat(self, out: list[str], names: list[str]) -> None:
+        assert self.cycle is not None and self.first is not None and self.last is not None
+        for key in self.cycle:
+            self._define(out, key, names)
+        f, la, t0 = self.first, self.last, self.t0
+        out.append(
+            f'{{"repeat": [{",".join(map(str, self.cycle))}], "times": {self.reps}, '
+            f'"from": [{f[0] - t0:.6f},{f[2]},{f[3]},{f[4]},{f[5]}], '
+            f'"to": [{la[0] - t0:.6f},{la[2]},{la[3]},{la[4]},{la[5]}]}}\n'
+        )
+        self.reps = 0
+
+    def _end_loop(self, out: list[str], names: list[str]) -> None:
+        """Write the counted turns and the unfinished one (as single lines); no loop is followed after."""
+        if self.reps:
+            self._repeat(out, names)
+        for row in self.partial:
+            self._single(out, row, names)
+        self.cycle, self.pos, self.partial = None, 0, []
 
 
 class EventTrace(Listener):
-    """Write one JSON line per transition to ``path`` (default ``<run_dir>/events.jsonl``).
+    """Write the chart's transitions to ``path`` (default ``<run_dir>/events.jsonl``).
 
-    Each line has exactly the keys ``time`` (Unix seconds), ``event`` (the leaf
+    By default the trace is compact (:mod:`interlock.core.traceformat`, ``interlock.trace/2``):
+    single transitions as short JSON arrays naming a key, and the turns of a loop that repeat
+    one already written as one ``repeat`` line with their count and first and last positions,
+    so a long run costs a few bytes per training step. ``full=True`` writes one JSON line per
+    transition instead, with exactly the keys ``time`` (Unix seconds), ``event`` (the leaf
     entered), ``trigger``, ``source`` (the leaf left), ``epoch``, ``global_step``,
-    ``batch_idx`` and ``count``; the ``teardown`` line reached by ``fail`` and the
-    ``failed`` line add ``error`` (``"Type: message"``). Transitions are recorded
-    by an observer (:func:`~interlock.observe`): no event object is built for them.
-    They are buffered as tuples and formatted only when written: once
-    ``flush_seconds`` have passed since the last write or ``flush_every`` lines
-    are waiting (whichever comes first), at ``fit.train.epoch_end`` and
-    ``fit.train.val.end``, and at ``teardown`` / ``finished`` / ``failed`` /
-    ``interrupted``. A process killed outright loses at most the last
-    ``flush_seconds`` (or ``flush_every`` lines) of transitions. The run
-    directory is read from the state at stage starts and epoch boundaries, and the
-    process rank at stage starts: on ranks other than 0 nothing is written. The
-    file stays open from the first write to the end of the run; a pickled copy
-    leaves it behind and reopens it.
+    ``batch_idx`` and ``count``; in both formats the ``teardown`` transition reached by
+    ``fail`` and the ``failed`` one add the error (``"Type: message"``).
+
+    Transitions are recorded by an observer (:func:`~interlock.observe`): no event object is
+    built for them. They are buffered as tuples and formatted only when written: once
+    ``flush_seconds`` have passed since the last write or ``flush_every`` transitions are
+    waiting (whichever comes first), at ``fit.train.epoch_end`` and ``fit.train.val.end``,
+    and at ``teardown`` / ``finished`` / ``failed`` / ``interrupted``. A process killed
+    outright loses at most the last ``flush_seconds`` (or ``flush_every`` transitions). The
+    run directory is read from the state at stage starts and epoch boundaries, and the
+    process rank at stage starts: on ranks other than 0 nothing is written. The file stays
+    open from the first write to the end of the run; a pickled copy leaves it behind and
+    reopens it.
     """
 
     def __init__(
-        self, path: str | os.PathLike[str] | None = None, flush_every: int = 4096, flush_seconds: float | None = 1.0
+        self,
+        path: str | os.PathLike[str] | None = None,
+        flush_every: int = 4096,
+        flush_seconds: float | None = 1.0,
+        full: bool = False,
     ) -> None:
         if not isinstance(flush_every, int) or isinstance(flush_every, bool) or flush_every < 1:
             raise ValueError(f"EventTrace(flush_every={flush_every!r}) must be an int >= 1 (lines per write)")
@@ -61,15 +166,22 @@ class EventTrace(Listener):
             raise ValueError(
                 f"EventTrace(flush_seconds={flush_seconds!r}) must be None (by line count only) or seconds > 0"
             )
+        if not isinstance(full, bool):
+            raise ValueError(
+                f"EventTrace(full={full!r}) must be True (one JSON line per transition) or False (compact)"
+            )
         self.path = Path(path) if path is not None else None
         self.flush_every = flush_every
         self.flush_seconds = flush_seconds
+        self.full = full
         self._due = 0.0  # the time of the next write (it waits for flush_every lines when flush_seconds is None)
         self._file: Path | None = self.path
         self._rows: list[Row] = []
-        self._names: dict[tuple[str, str, str], str] = {}
+        self._ids: dict[tuple[str, str, str], int] = {}
+        self._names: list[str] = []  # per key: the JSON members "event": .., "trigger": .., "source": ..
         self._rank_zero: bool | None = None  # this process's rank is 0 (None: not known yet)
         self._out: TextIO | None = None  # the open file, between writes of one run
+        self._packer: _Packer | None = None  # the compact writer of the open file
 
     @property
     def file(self) -> Path | None:
@@ -83,11 +195,12 @@ class EventTrace(Listener):
         """Buffer one transition; the lines of the boundaries in ``_FLUSH`` are written by :meth:`on_boundary`."""
         key = (name, trigger, source)
         try:
-            names = self._names[key]
+            k = self._ids[key]
         except KeyError:  # JSON-encode each (event, trigger, source) once
-            names = self._names[key] = json.dumps(dict(zip(("event", "trigger", "source"), key, strict=True)))[1:-1]
+            k = self._ids[key] = len(self._names)
+            self._names.append(json.dumps(dict(zip(("event", "trigger", "source"), key, strict=True)))[1:-1])
         rows, now = self._rows, _now()
-        rows.append((now, names, epoch, global_step, batch_idx, count, ""))
+        rows.append((now, k, epoch, global_step, batch_idx, count, ""))
         if (len(rows) >= self.flush_every or now >= self._due) and name not in _FLUSH:
             self.flush()
 
@@ -119,12 +232,15 @@ class EventTrace(Listener):
             error = _error(event.payload)
             if error:
                 rows[-1] = (*rows[-1][:-1], error)
-        self.flush()
+        self.flush(final=name in _ENDS)
         if name in _ENDS:
             self.close()
 
-    def flush(self) -> None:
-        """Append the buffered lines to the file (kept buffered while the file is unknown; dropped off rank 0)."""
+    def flush(self, final: bool = False) -> None:
+        """Append the buffered lines to the file (kept buffered while the file is unknown; dropped off rank 0).
+
+        ``final``: the run ended; the compact trace also writes the unfinished turn of a loop.
+        """
         self._due = math.inf if self.flush_seconds is None else _now() + self.flush_seconds
         rows = self._rows
         if not rows:
@@ -140,7 +256,15 @@ class EventTrace(Listener):
             self.close()
             file.parent.mkdir(parents=True, exist_ok=True)
             fh = self._out = open(file, "a", encoding="utf-8")  # noqa: SIM115 - kept open between writes
-        fh.write("".join([_LINE % row for row in rows]))
+            if not self.full:
+                self._packer = _Packer(rows[0][0])
+                fh.write(self._packer.header())
+        names = self._names
+        if self.full:
+            fh.write("".join([_LINE % (t, names[k], e, g, b, c, _member(err)) for t, k, e, g, b, c, err in rows]))
+        else:
+            assert self._packer is not None
+            fh.write(self._packer.pack(rows, names, final))
         fh.flush()
         rows.clear()
 
@@ -152,16 +276,21 @@ class EventTrace(Listener):
             self._out = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_out": None}
+        return {**self.__dict__, "_out": None, "_packer": None}
 
     def __del__(self) -> None:
         self.close()
 
 
 def _error(payload: Mapping[str, Any]) -> str:
-    """The ``"error"`` member of a failure line (empty when the payload has no error)."""
+    """The error of a failure (``"Type: message"``; empty when the payload has none)."""
     error = payload.get("error")
     if error is None and payload.get("exception") is not None:
         exc = payload["exception"]
         error = f"{type(exc).__name__}: {exc}"
-    return "" if error is None else f', "error": {json.dumps(str(error))}'
+    return "" if error is None else str(error)
+
+
+def _member(error: str) -> str:
+    """The ``"error"`` member of a full-format line (empty without an error)."""
+    return f', "error": {json.dumps(error)}' if error else ""

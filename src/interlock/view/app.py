@@ -33,6 +33,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from interlock.core.chart import Chart, load_chart
 from interlock.core.errors import ChartError
+from interlock.core.traceformat import Decoder
 from interlock.view.checkpoints import checkpoint_rows
 from interlock.view.runs import ForbiddenPath, find_runs, read_events, read_metrics, run_dir, safe_path
 from interlock.viz import GraphvizError, render, state_ids
@@ -63,7 +64,7 @@ def _static_dir() -> Path:
 def _state(run: Path, cfg: ViewConfig, offset: int, seen: dict[str, Any]) -> tuple[dict[str, Any], int]:
     """What changed in ``run`` since ``offset`` / ``seen`` (updated in place)."""
     out: dict[str, Any] = {}
-    events, offset = read_events(run / "events.jsonl", offset)
+    events, offset = read_events(run / "events.jsonl", offset, seen.setdefault("decoder", Decoder()))
     if events:
         out["events"] = events
     metrics = run / "metrics.csv"

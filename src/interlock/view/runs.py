@@ -18,6 +18,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from interlock.core.errors import InterlockError
+from interlock.core.traceformat import Decoder, TraceFormatError
 from interlock.plugins.checkpoint_io import SHARDED_MANIFEST, is_sharded
 
 __all__ = [
@@ -89,8 +90,14 @@ def run_dir(root: Path, run: str) -> Path:
     return path
 
 
-def read_events(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
-    """The complete JSON lines of ``path`` from byte ``offset``, and the offset after the last one."""
+def read_events(path: Path, offset: int = 0, decoder: Decoder | None = None) -> tuple[list[dict[str, Any]], int]:
+    """The records of the complete lines of ``path`` from byte ``offset``, and the offset after the last one.
+
+    Both trace formats are read (:mod:`interlock.core.traceformat`); a compact ``repeat`` line is
+    one record with ``cycle`` and ``times``. Reading a file in pieces, pass the same ``decoder``
+    each time (it holds the keys the earlier lines defined).
+    """
+    decoder = decoder if decoder is not None else Decoder()
     try:
         with path.open("rb") as fh:
             fh.seek(offset)
@@ -98,16 +105,14 @@ def read_events(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]
     except FileNotFoundError:
         return [], offset
     end = data.rfind(b"\n") + 1  # a partial last line waits for the next read
-    records = []
+    records: list[dict[str, Any]] = []
     for line in data[:end].splitlines():
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
+            records.extend(decoder.feed(json.loads(line)))
+        except (json.JSONDecodeError, TraceFormatError):
             continue
-        if isinstance(record, dict):
-            records.append(record)
     return records, offset + end
 
 

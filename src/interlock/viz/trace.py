@@ -1,9 +1,11 @@
 """Read a run's ``events.jsonl`` (written by the EventTrace listener) into a summary.
 
-Each line is one transition: ``{"time", "event" (the leaf entered), "trigger",
-"source" (the leaf left), "epoch", "global_step", "batch_idx", "count"}``. A failed
-run also carries ``"error": "Type: message"`` on its ``teardown`` (via ``fail``) and
-``failed`` lines. A run still writing may leave a partial last line; it is ignored.
+Both formats are read (:mod:`interlock.core.traceformat`): the full one, a line per
+transition ``{"time", "event" (the leaf entered), "trigger", "source" (the leaf left),
+"epoch", "global_step", "batch_idx", "count"}``, and the compact default, whose ``repeat``
+lines count the turns of a loop. A failed run also carries ``"error": "Type: message"`` on
+its ``teardown`` (via ``fail``) and ``failed`` transitions. A run still writing may leave a
+partial last line; it is ignored.
 
 The file does not say why a transition was taken; the chart does: the guard of the
 ``always`` transition ``trigger`` out of ``source`` (:meth:`Chart.guard_of
@@ -24,11 +26,11 @@ import attrs
 
 from interlock.core.chart import Chart, load_chart
 from interlock.core.errors import InterlockError
+from interlock.core.traceformat import Decoder, TraceFormatError
 
 __all__ = ["INTERRUPT_TRIGGERS", "TRACE_FILE", "TraceError", "TraceSummary", "read_trace"]
 
 TRACE_FILE = "events.jsonl"
-_REQUIRED = ("event", "trigger", "source")
 #: Triggers that stop a run early without an error: Ctrl-C (an external event) and a preemption signal.
 INTERRUPT_TRIGGERS = ("interrupt", "preempt")
 
@@ -111,16 +113,12 @@ def _not_a_trace(file: Path, lineno: int, why: str) -> str:
     )
 
 
-def _parse(line: str, file: Path, lineno: int) -> dict[str, Any]:
-    record = json.loads(line)
-    if not isinstance(record, dict):
-        why = f"expected a JSON object per line, got {type(record).__name__}"
-        raise TraceError(_not_a_trace(file, lineno, why))
-    missing = [k for k in _REQUIRED if not isinstance(record.get(k), str)]
-    if missing:
-        why = f"event record lacks string field(s) {missing}: {line.strip()[:200]}"
-        raise TraceError(_not_a_trace(file, lineno, why))
-    return record
+def _parse(line: str, file: Path, lineno: int, decoder: Decoder) -> list[dict[str, Any]]:
+    """The records of one line (either format); :class:`TraceError` for a line that is not a trace's."""
+    try:
+        return decoder.feed(json.loads(line))
+    except TraceFormatError as exc:
+        raise TraceError(_not_a_trace(file, lineno, f"{exc}: {line.strip()[:200]}")) from None
 
 
 def read_trace(path: str | os.PathLike[str], chart: Chart | None = None) -> TraceSummary:
@@ -141,6 +139,7 @@ def read_trace(path: str | os.PathLike[str], chart: Chart | None = None) -> Trac
     epoch = step = None
     events = 0
     pending: tuple[int, str] | None = None  # an unparsable line: fine only if it is the last one
+    decoder = Decoder()
     with file.open(encoding="utf-8", errors="replace") as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
@@ -148,40 +147,44 @@ def read_trace(path: str | os.PathLike[str], chart: Chart | None = None) -> Trac
             if pending is not None:
                 raise TraceError(f"{pending[1]}; only the last line of a trace may be incomplete")
             try:
-                record = _parse(line, file, lineno)
+                records = _parse(line, file, lineno, decoder)
             except json.JSONDecodeError as exc:
-                if not line.lstrip().startswith("{"):  # not even the start of an event record
+                if not line.lstrip().startswith(("{", "[")):  # not even the start of a trace line
                     raise TraceError(_not_a_trace(file, lineno, f"it is not valid JSON ({exc.msg})")) from None
                 pending = (lineno, f"{file}:{lineno}: not valid JSON ({exc.msg})")
                 continue
-            events += 1
-            source, trigger, dest = record["source"], record["trigger"], record["event"]
-            for name in (source, dest):
-                if name not in known:
-                    raise TraceError(
-                        _not_a_trace(
-                            file,
-                            lineno,
-                            f"it names the state {name!r}, which chart {the_chart.source} does not have "
-                            "(a trace of another chart? pass that chart with --chart)",
-                        )
-                    )
-            if first is None:
-                first = source
-                visits[source] += 1
-            visits[dest] += 1
-            transitions[(source, trigger, dest)] += 1
-            last = dest
-            epoch, step = record.get("epoch", epoch), record.get("global_step", step)
-            if source in finals:  # a new run starts in the same trace: its outcome is what counts
-                error = failed_in = interrupted_in = interrupted_by = None
-            if trigger in INTERRUPT_TRIGGERS:
-                interrupted_in, interrupted_by = source, trigger
-            if trigger == "fail" or (record.get("error") is not None and prev_trigger != "fail"):
-                failed_in = source
-            if record.get("error") is not None:
-                error = str(record["error"])
-            prev_trigger = trigger
+            for record in records:
+                times = int(record.get("times", 1))
+                steps = record.get("cycle") or [record]
+                for one in steps:
+                    source, trigger, dest = one["source"], one["trigger"], one["event"]
+                    for name in (source, dest):
+                        if name not in known:
+                            raise TraceError(
+                                _not_a_trace(
+                                    file,
+                                    lineno,
+                                    f"it names the state {name!r}, which chart {the_chart.source} does not have "
+                                    "(a trace of another chart? pass that chart with --chart)",
+                                )
+                            )
+                    if first is None:
+                        first = source
+                        visits[source] += 1
+                    events += times
+                    visits[dest] += times
+                    transitions[(source, trigger, dest)] += times
+                    last = dest
+                    if source in finals:  # a new run starts in the same trace: its outcome is what counts
+                        error = failed_in = interrupted_in = interrupted_by = None
+                    if trigger in INTERRUPT_TRIGGERS:
+                        interrupted_in, interrupted_by = source, trigger
+                    if trigger == "fail" or (one.get("error") is not None and prev_trigger != "fail"):
+                        failed_in = source
+                    if one.get("error") is not None:
+                        error = str(one["error"])
+                    prev_trigger = trigger
+                epoch, step = record.get("epoch", epoch), record.get("global_step", step)
     return TraceSummary(
         path=file,
         events=events,

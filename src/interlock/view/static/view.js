@@ -79,6 +79,15 @@
     for (let i = 0; i < n; i++) {
       const e = run.events[i];
       if (i === 0) visits[e.source] = 1;
+      if (e.cycle) {  // a compact trace's repeat: the loop's transitions, each taken e.times times
+        for (const c of e.cycle) {
+          visits[c.event] = (visits[c.event] || 0) + e.times;
+          const k = `${c.source}|${c.trigger}|${c.event}`;
+          taken[k] = (taken[k] || 0) + e.times;
+        }
+        prev = e.trigger; current = e.event;
+        continue;
+      }
       visits[e.event] = (visits[e.event] || 0) + 1;
       const key = `${e.source}|${e.trigger}|${e.event}`;
       taken[key] = (taken[key] || 0) + 1;
@@ -121,7 +130,8 @@
       out.textContent = s.error ? `failed in ${s.failedIn}: ${s.error}` : `${s.stoppedBy === "preempt" ? "preempted" : "interrupted"} in ${s.stoppedIn}`;
     } else out.hidden = true;
     const e = s.last;
-    $("moment").textContent = e ? `event ${n}/${run.events.length}: ${e.source} —${e.trigger}→ ${e.event} · epoch ${e.epoch} step ${e.global_step}` + (e.time ? ` · ${new Date(e.time * 1000).toLocaleTimeString()}` : "") : "start";
+    const what = e && e.cycle ? `a loop ×${e.times} (${e.cycle.length} transitions each) to ${e.event}` : e ? `${e.source} —${e.trigger}→ ${e.event}` : "";
+    $("moment").textContent = e ? `event ${n}/${run.events.length}: ${what} · epoch ${e.epoch} step ${e.global_step}` + (e.time ? ` · ${new Date(e.time * 1000).toLocaleTimeString()}` : "") : "start";
     $("current").innerHTML = e ? `<code id="current-state">${esc(s.current)}</code> · epoch ${esc(e.epoch)} · step ${esc(e.global_step)}` : "—";
     const rows = Object.entries(s.taken).sort((a, b) => b[1] - a[1]).map(([k, c]) => {
       const [src, trig, dst] = k.split("|"), guard = info.guards[`${src}|${trig}`];
