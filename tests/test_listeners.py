@@ -167,7 +167,7 @@ def test_compact_trace_is_a_few_bytes_per_training_step(tmp_path: Path, digits: 
 @settings(max_examples=80, deadline=None)
 @given(
     keys=st.lists(st.integers(0, 3), max_size=60).flatmap(
-        lambda head: st.tuples(st.just(head), st.lists(st.integers(0, 3), min_size=1, max_size=4), st.integers(0, 12))
+        lambda head: st.tuples(st.just(head), st.lists(st.integers(0, 3), min_size=1, max_size=6), st.integers(0, 12))
     ),
     cuts=st.lists(st.integers(0, 120), max_size=5),
 )
@@ -177,7 +177,7 @@ def test_compact_trace_round_trips_any_stream(keys: Any, cuts: list[int]) -> Non
 
     head, loop, turns = keys
     stream = [*head, *loop * turns, *head, 0]
-    names = [("a", "x"), ("b", "y"), ("c", "z"), ("d", "w")]
+    names = [("fit.train.batch.a", "x"), ("fit.train.batch.b", "y"), ("fit.train.batch.c", "z"), ("fit.end", "w")]
     with tempfile.TemporaryDirectory() as tmp:
         file = Path(tmp) / "t.jsonl"
         trace = EventTrace(path=file, flush_every=10**6, flush_seconds=None)
@@ -185,13 +185,20 @@ def test_compact_trace_round_trips_any_stream(keys: Any, cuts: list[int]) -> Non
         expected = []
         for i, k in enumerate(stream):
             event, trigger = names[k]
-            trace.record(event, trigger, "s", i + 1, 0, i, i)
-            expected.append(("s", trigger, event))
+            trace.record(event, trigger, "fit.train.batch.s", i + 1, 0, i, i)
+            expected.append(("fit.train.batch.s", trigger, event))
             if i in cuts:
                 trace.flush()
         trace.flush(final=True)
         trace.close()
-        assert _expand(_records(file)) == expected
+        records = _records(file)
+        assert _expand(records) == expected
+        counted = [c["event"] for r in records for c in r.get("cycle", [])]
+        assert "fit.end" not in counted  # a boundary is never counted in a loop: it keeps its own line
+        singles = [(r["event"], r["global_step"]) for r in records if "cycle" not in r]
+        assert [(e, i) for i, (_, _, e) in enumerate(expected) if e == "fit.end"] == [
+            x for x in singles if x[0] == "fit.end"
+        ]
 
 
 def test_trace_has_one_line_per_transition_and_reads_back(tmp_path: Path, digits: DigitsData) -> None:

@@ -33,7 +33,7 @@ HERE = Path(__file__).resolve().parent
 WORKER = HERE / "_bench_workers.py"
 SRC = HERE.parent / "src"
 
-SECTIONS = ("steps", "ddp", "ckpt", "resume", "rss", "epochs")
+SECTIONS = ("steps", "ddp", "ckpt", "resume", "rss", "epochs", "long")
 STEP_VARIANTS = (
     "plain",
     "interlock_bare",
@@ -65,6 +65,15 @@ TARGETS = {
     "rss_growth_mb": 5.0,
     # per-epoch cost late in a long run over its cost early on (1 train + 8 val batches per epoch)
     "epoch_growth_ratio": 1.2,
+    # the step cost as a ratio to the plain loop, measured side by side in one process
+    "interlock_bare_ratio": 1.03,
+    "interlock_default_ratio": 1.06,
+    "interlock_view_ratio": 1.08,
+    # the long run with every default listener on: per-epoch cost and checkpoint bytes late/early,
+    # and what the run directory (checkpoints apart) holds per training step
+    "long_epoch_ratio": 1.2,
+    "long_ckpt_ratio": 1.1,
+    "long_bytes_per_step": 100.0,
 }
 
 #: The plain loop's µs/step on the machine the step targets were set on (the issue's measurement).
@@ -87,6 +96,10 @@ SIZES: dict[str, dict[str, Any]] = {
         "warmup": 1,
         "same_process_runs": 15,
         "same_process_samples": 3_000,
+        "long_epochs": 1_000,
+        "long_val_batches": 8,
+        "long_steps_epochs": 100,
+        "long_steps_per_epoch": 200,
     },
     "quick": {
         "steps_samples": 200,
@@ -103,6 +116,10 @@ SIZES: dict[str, dict[str, Any]] = {
         "warmup": 0,
         "same_process_runs": 2,
         "same_process_samples": 200,
+        "long_epochs": 60,
+        "long_val_batches": 2,
+        "long_steps_epochs": 4,
+        "long_steps_per_epoch": 50,
     },
 }
 
@@ -208,6 +225,7 @@ def steps_same_process(
         "threads": 1,
     }
     per_round: dict[str, list[float]] = {v: [] for v in variants if v != "plain"}
+    ratios: dict[str, list[float]] = {v: [] for v in per_round}
     per_process: dict[str, list[float]] = {v: [] for v in per_round}
     for index in range(processes):
         result = runner.run({**base, "variants": list(variants), "runs": size["same_process_runs"], "shift": index})
@@ -217,11 +235,28 @@ def steps_same_process(
         for variant, diffs in per_round.items():
             pairs = [a - b for a, b in zip(times[variant], times["plain"], strict=True)]
             diffs.extend(pairs)
+            ratios[variant].extend(a / b for a, b in zip(times[variant], times["plain"], strict=True) if b > 0)
             per_process[variant].append(statistics.median(pairs))
     return {
-        v: {"overhead": statistics.median(diffs) if diffs else None, "samples": per_process[v], "rounds": len(diffs)}
+        v: {
+            "overhead": statistics.median(diffs) if diffs else None,
+            "samples": per_process[v],
+            "rounds": len(diffs),
+            "ratio": statistics.median(ratios[v]) if ratios[v] else None,
+            "ratio_spread": spread(ratios[v]),
+        }
         for v, diffs in per_round.items()
     }
+
+
+def spread(values: Sequence[float]) -> list[float] | None:
+    """The lower and upper quartiles of ``values`` (both the value itself when there is one)."""
+    if not values:
+        return None
+    if len(values) == 1:
+        return [values[0], values[0]]
+    q = statistics.quantiles(values, n=4)
+    return [q[0], q[2]]
 
 
 def step_verdict(overhead: float | None, plain: float | None, target: float) -> dict[str, Any]:
@@ -300,10 +335,21 @@ def section_steps(
             "samples_cpu_us_per_step": [r.get("cpu_us_per_step") for r in rs],
             "gc_ms": median_of(rs, "gc_ms"),
         }
+        row["ratio_spread"] = spread(
+            [float(a["us_per_step"]) / float(b["us_per_step"]) for a, b in zip(rs, runs.get("plain", []), strict=False)
+             if "us_per_step" in a and "us_per_step" in b and b["us_per_step"]]
+        )  # fmt: skip
         same = same_process.get(name)
         if same is not None:
             row["same_process_overhead_us_per_step"] = same["overhead"]
             row["same_process_samples"] = same["samples"]
+            row["same_process_ratio"] = same["ratio"]
+            row["same_process_ratio_spread"] = same["ratio_spread"]
+        ratio_target = TARGETS.get(f"{name}_ratio")
+        if ratio_target is not None:
+            judged_ratio = row.get("same_process_ratio", row["ratio"])
+            row["target_ratio"] = ratio_target
+            row["ratio_verdict"] = verdict(judged_ratio, ratio_target)
         target = TARGETS.get(f"{name}_us")
         if target is not None:
             judged = row.get("same_process_overhead_us_per_step", row["paired_overhead_us_per_step"])
@@ -511,6 +557,58 @@ def section_epochs(runner: Runner, size: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def section_long(runner: Runner, size: dict[str, Any]) -> dict[str, Any]:
+    """Long runs with every default listener on (progress bar, CSV, trace, ModelCheckpoint), a module that logs.
+
+    One run of ``long_epochs`` epochs of 1 training + ``long_val_batches`` validation batches: the per-epoch
+    cost and the size of ``last.ckpt``, late against early. One run of ``long_steps_epochs`` epochs of
+    ``long_steps_per_epoch`` training batches (+2 validation): the run directory's bytes per training step,
+    checkpoints apart (what grows with the run: trace, metrics, history).
+    """
+    epochs = size["long_epochs"]
+    runner.log(f"[long] {epochs:,} epochs of 1 training + {size['long_val_batches']} validation batches, defaults on")
+    result = runner.run(
+        {"task": "long", "epochs": epochs, "batch": size["batch"], "train_batches": 1,
+         "val_batches": size["long_val_batches"]}
+    )  # fmt: skip
+    ms, ckpt = result.get("epoch_ms") or [], result.get("ckpt_bytes") or []
+    if len(ms) < 20 or len(ckpt) < 20:
+        return {"status": "error", "error": result.get("error", "too few epochs measured")}
+    early_from, window = (20, 100) if len(ms) >= 500 else (2, max(8, len(ms) // 8))
+    early = statistics.quantiles(ms[early_from : early_from + window], n=4)[0]
+    late = statistics.quantiles(ms[-window:], n=4)[0]
+    ckpt_early, ckpt_late = ckpt[min(20, len(ckpt) // 4)], ckpt[-1]
+    n_steps = size["long_steps_epochs"] * size["long_steps_per_epoch"]
+    runner.log(f"[long] {n_steps:,} training steps ({size['long_steps_epochs']} epochs), defaults on: bytes per step")
+    disk = runner.run(
+        {"task": "long", "epochs": size["long_steps_epochs"], "batch": size["batch"],
+         "train_batches": size["long_steps_per_epoch"], "val_batches": 2}
+    )  # fmt: skip
+    per_step = disk.get("bytes_per_step")
+    return {
+        "status": "ok",
+        "epochs": epochs,
+        "history_rows": result.get("history_rows"),
+        "early_epochs": [early_from, early_from + window],
+        "late_epochs": [len(ms) - window, len(ms)],
+        "early_ms": early,
+        "late_ms": late,
+        "epoch_ratio": late / early if early else None,
+        "epoch_verdict": verdict(late / early if early else None, TARGETS["long_epoch_ratio"]),
+        "ckpt_bytes_early": ckpt_early,
+        "ckpt_bytes_late": ckpt_late,
+        "ckpt_epochs": [min(20, len(ckpt) // 4), len(ckpt) - 1],
+        "ckpt_ratio": ckpt_late / ckpt_early if ckpt_early else None,
+        "ckpt_verdict": verdict(ckpt_late / ckpt_early if ckpt_early else None, TARGETS["long_ckpt_ratio"]),
+        "steps": disk.get("steps"),
+        "files": disk.get("files"),
+        "bytes_per_step": per_step,
+        "trace_bytes_per_step": disk.get("trace_bytes_per_step"),
+        "bytes_verdict": verdict(per_step, TARGETS["long_bytes_per_step"]),
+        **({"error": disk["error"]} if "error" in disk else {}),
+    }
+
+
 # -- report -------------------------------------------------------------------------------
 def machine() -> dict[str, Any]:
     versions = {}
@@ -560,7 +658,12 @@ def render(report: dict[str, Any]) -> str:
                 continue
             target = ""
             if "same_process_overhead_us_per_step" in row:
-                target += f"  same process {row['same_process_overhead_us_per_step']:+.1f}"
+                target += f"  same process {_num(row['same_process_overhead_us_per_step'], '{:+.1f}')}"
+            if row.get("same_process_ratio") is not None:
+                lo, hi = row.get("same_process_ratio_spread") or [None, None]
+                target += f" = {row['same_process_ratio']:.3f}x (quartiles {_num(lo, '{:.3f}')}-{_num(hi, '{:.3f}')})"
+            if "target_ratio" in row:
+                target += f"; ratio target <= {row['target_ratio']:.2f}x {row['ratio_verdict']}"
             if "target_us_here" in row:
                 target += (
                     f"; target +{row['target_us']:.0f} {row['raw_verdict']}, scaled to this plain loop "
@@ -640,6 +743,29 @@ def render(report: dict[str, Any]) -> str:
                 f"{ep['late_epochs'][0]}-{ep['late_epochs'][1]} {_num(ep['late_ms'], '{:.2f}')} ms "
                 f"({_num(ep['ratio'], '{:.2f}x')}); target <= {ep['target_ratio']:.1f}x {ep['verdict']}"
             )
+    lg = report.get("long")
+    if lg is not None:
+        lines.append("")
+        if lg.get("status") != "ok":
+            lines.append(f"long run: {lg.get('error')}")
+        else:
+            lines.append(
+                f"long run, every default listener on ({lg['epochs']:,} epochs, {lg['history_rows']:,} history rows): "
+                f"epochs {lg['early_epochs'][0]}-{lg['early_epochs'][1]} {_num(lg['early_ms'], '{:.2f}')} ms, "
+                f"epochs {lg['late_epochs'][0]}-{lg['late_epochs'][1]} {_num(lg['late_ms'], '{:.2f}')} ms "
+                f"({_num(lg['epoch_ratio'], '{:.2f}x')}); target <= {TARGETS['long_epoch_ratio']:.1f}x "
+                f"{lg['epoch_verdict']}"
+            )
+            lines.append(
+                f"  last.ckpt at epoch {lg['ckpt_epochs'][0]} {lg['ckpt_bytes_early']:,} bytes, at epoch "
+                f"{lg['ckpt_epochs'][1]} {lg['ckpt_bytes_late']:,} bytes ({_num(lg['ckpt_ratio'], '{:.3f}x')}); "
+                f"target <= {TARGETS['long_ckpt_ratio']:.1f}x {lg['ckpt_verdict']}"
+            )
+            lines.append(
+                f"  run directory over {lg['steps'] or 0:,} steps, checkpoints apart: "
+                f"{_num(lg['bytes_per_step'])} bytes/step (trace {_num(lg['trace_bytes_per_step'])}); "
+                f"target <= {TARGETS['long_bytes_per_step']:.0f} {lg['bytes_verdict']}; files {lg['files']}"
+            )
     return "\n".join(lines)
 
 
@@ -696,6 +822,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "resume": lambda: section_resume(runner, size, repeats, warmup),
         "rss": lambda: section_rss(runner, size, repeats, warmup, steps_runs, args.variant_list),
         "epochs": lambda: section_epochs(runner, size),
+        "long": lambda: section_long(runner, size),
     }
     try:
         for name in args.sections:

@@ -15,9 +15,10 @@
   "to": [...]}``: the cycle of transitions ``K1 .. Kn`` taken ``N`` times in a row (a batch loop);
   ``from`` is the position after its first transition, ``to`` after its last.
 
-Boundaries (stage, epoch and validation starts and ends, checkpoints, failures, the first
-two turns of every loop) are single lines, with their exact positions; only the turns of
-a loop that repeat one already written are counted instead of written.
+Only transitions between batch states (``*.batch.*``) are ever counted in a ``repeat``;
+every other transition (stage, epoch and validation starts and ends, where checkpoints are
+taken, failures) is a single line with its exact position, as are the first two turns of
+every loop.
 """
 
 from __future__ import annotations

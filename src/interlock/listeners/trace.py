@@ -40,8 +40,8 @@ _LONGEST_LOOP = 32
 class _Packer:
     """Compact lines (:mod:`interlock.core.traceformat`) for one file: keys, single lines, repeats.
 
-    A loop is found when the last ``L`` single transitions repeat the ``L`` before them
-    (``L <= 32``); from then on each turn that matches it is counted, not written, and the
+    A loop is found when the last ``L`` transitions repeat the ``L`` before them (``L <= 32``)
+    and all are between batch states; from then on each turn that matches it is counted, not written, and the
     count goes out as one ``repeat`` line at each write (the next write continues counting the
     same loop). A transition that does not match ends the loop; the matched part of an
     unfinished turn is written as single lines.
@@ -61,8 +61,12 @@ class _Packer:
     def header(self) -> str:
         return json.dumps({"trace": COMPACT, "time": self.t0}) + "\n"
 
-    def pack(self, rows: list[Row], names: list[str], final: bool) -> str:
-        """The lines of ``rows``; ``final`` also writes the unfinished turn of a loop (the run ended)."""
+    def pack(self, rows: list[Row], names: list[str], loopable: list[bool], final: bool) -> str:
+        """The lines of ``rows``; ``final`` also writes the unfinished turn of a loop (the run ended).
+
+        Only transitions whose key is ``loopable`` (between batch states) are counted in a loop;
+        the others (boundaries) are always single lines, with their exact positions.
+        """
         out: list[str] = []
         recent = self.recent  # every key, counted or written: a loop of loops is found at its second turn too
         for row in rows:
@@ -74,7 +78,7 @@ class _Packer:
                 n = len(recent)
             cycle = self.cycle
             if cycle is not None:
-                if k == cycle[self.pos] and not row[6]:
+                if k == cycle[self.pos] and loopable[k] and not row[6]:
                     self.partial.append(row)
                     self.pos += 1
                     if self.pos == len(cycle):
@@ -89,7 +93,8 @@ class _Packer:
             self._single(out, row, names)
             for size in range(1, min(n // 2, _LONGEST_LOOP) + 1):
                 if recent[-1 - size] == k and recent[-size:] == recent[-2 * size : -size]:
-                    self.cycle, self.pos, self.reps, self.partial = tuple(recent[-size:]), 0, 0, []
+                    if all(loopable[x] for x in recent[-size:]):
+                        self.cycle, self.pos, self.reps, self.partial = tuple(recent[-size:]), 0, 0, []
                     break
         if self.reps:
             self._repeat(out, names)
@@ -179,6 +184,7 @@ class EventTrace(Listener):
         self._rows: list[Row] = []
         self._ids: dict[tuple[str, str, str], int] = {}
         self._names: list[str] = []  # per key: the JSON members "event": .., "trigger": .., "source": ..
+        self._loopable: list[bool] = []  # per key: a transition between batch states (a loop may count it)
         self._rank_zero: bool | None = None  # this process's rank is 0 (None: not known yet)
         self._out: TextIO | None = None  # the open file, between writes of one run
         self._packer: _Packer | None = None  # the compact writer of the open file
@@ -199,6 +205,7 @@ class EventTrace(Listener):
         except KeyError:  # JSON-encode each (event, trigger, source) once
             k = self._ids[key] = len(self._names)
             self._names.append(json.dumps(dict(zip(("event", "trigger", "source"), key, strict=True)))[1:-1])
+            self._loopable.append(".batch." in name and ".batch." in source)
         rows, now = self._rows, _now()
         rows.append((now, k, epoch, global_step, batch_idx, count, ""))
         if (len(rows) >= self.flush_every or now >= self._due) and name not in _FLUSH:
@@ -264,7 +271,7 @@ class EventTrace(Listener):
             fh.write("".join([_LINE % (t, names[k], e, g, b, c, _member(err)) for t, k, e, g, b, c, err in rows]))
         else:
             assert self._packer is not None
-            fh.write(self._packer.pack(rows, names, final))
+            fh.write(self._packer.pack(rows, names, self._loopable, final))
         fh.flush()
         rows.clear()
 
