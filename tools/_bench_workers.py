@@ -138,6 +138,24 @@ def quiet() -> Iterator[None]:
 
 
 # -- steps: one training run of one variant ---------------------------------------------
+def _prebatched(ds: TensorDataset, batch: int, clock: StepClock, max_steps: int) -> None:
+    """The floor: the plain loop over batches sliced before the clock starts (no fetch at all)."""
+    net = make_net()
+    opt = torch.optim.SGD(net.parameters(), lr=LR)
+    x, y = ds.tensors
+    batches = [[x[i : i + batch], y[i : i + batch]] for i in range(0, len(x), batch)]
+    steps = 0
+    while True:
+        for batch_data in batches:
+            clock.tick()
+            opt.zero_grad(set_to_none=True)
+            loss_of(net, batch_data).backward()
+            opt.step()
+            steps += 1
+            if steps >= max_steps:
+                return
+
+
 def _plain(ds: TensorDataset, batch: int, clock: StepClock, max_steps: int, probe: Callable[[int], None]) -> None:
     net = make_net()
     opt = torch.optim.SGD(net.parameters(), lr=LR)
@@ -163,6 +181,7 @@ def _interlock(
     probe_every: int | None,
     default: bool,
     view: bool = False,
+    fast: bool = False,
 ) -> None:
     import interlock
 
@@ -197,8 +216,9 @@ def _interlock(
     )
     if probe_every:
         trainer.on("fit.train.batch.end", lambda event: probe(event.global_step), every=probe_every)
+    loader: Any = DataLoader(ds, batch_size=batch)
     try:
-        trainer.fit(Net(), DataLoader(ds, batch_size=batch))
+        trainer.fit(Net(), interlock.fast_fetch(loader) if fast else loader)
     finally:
         if watcher is not None:
             for listener in trainer.listeners:
@@ -303,6 +323,7 @@ def _no_probe(step: int) -> None:
 
 _FRAMEWORK = {
     "interlock_bare": "interlock",
+    "interlock_fast": "interlock",
     "interlock_default": "interlock.listeners",
     "interlock_view": "interlock.view",
     "lightning": "pytorch_lightning",
@@ -351,6 +372,10 @@ def run_steps(spec: dict[str, Any]) -> dict[str, Any]:
         t_call = time.perf_counter()
         if variant == "plain":
             _plain(ds, batch, clock, max_steps, probe_fn)
+        elif variant == "prebatched":
+            _prebatched(ds, batch, clock, max_steps)
+        elif variant == "interlock_fast":
+            _interlock(ds, batch, clock, max_steps, probe_fn, every, default=False, fast=True)
         elif variant in ("interlock_bare", "interlock_default", "interlock_view"):
             _interlock(
                 ds,
@@ -396,6 +421,10 @@ def run_steps_same_process(spec: dict[str, Any]) -> dict[str, Any]:
         with quiet():
             if variant == "plain":
                 _plain(ds, batch, clock, max_steps, _no_probe)
+            elif variant == "prebatched":
+                _prebatched(ds, batch, clock, max_steps)
+            elif variant == "interlock_fast":
+                _interlock(ds, batch, clock, max_steps, _no_probe, None, default=False, fast=True)
             elif variant in ("interlock_bare", "interlock_default", "interlock_view"):
                 default, view = variant != "interlock_bare", variant == "interlock_view"
                 _interlock(ds, batch, clock, max_steps, _no_probe, None, default=default, view=view)

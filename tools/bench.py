@@ -36,7 +36,9 @@ SRC = HERE.parent / "src"
 SECTIONS = ("steps", "ddp", "ckpt", "resume", "rss", "epochs", "long")
 STEP_VARIANTS = (
     "plain",
+    "prebatched",
     "interlock_bare",
+    "interlock_fast",
     "interlock_default",
     "interlock_view",
     "lightning",
@@ -198,7 +200,7 @@ def median_of(runs: Sequence[dict[str, Any]], key: str) -> float | None:
 
 
 #: Variants that can share a process (no third-party framework imported).
-SAME_PROCESS = ("plain", "interlock_bare", "interlock_default", "interlock_view")
+SAME_PROCESS = ("plain", "prebatched", "interlock_bare", "interlock_fast", "interlock_default", "interlock_view")
 
 
 def steps_same_process(

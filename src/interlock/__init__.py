@@ -1,5 +1,6 @@
 """interlock: a PyTorch trainer whose training lifecycle is an explicit statechart."""
 
+from interlock.connectors.fastfetch import fast_fetch
 from interlock.connectors.rng import seed_everything
 from interlock.connectors.weights import load_checkpoint, load_lightning_weights
 from interlock.core.chart import Chart, load_chart
@@ -57,6 +58,7 @@ __all__ = [
     "TrainerState",
     "Update",
     "__version__",
+    "fast_fetch",
     "listen",
     "load_chart",
     "load_checkpoint",

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Sampler, SequentialSampler
 
+from interlock.connectors.fastfetch import FastTensorLoader
 from interlock.connectors.rng import get_rng_states, seed_workers, set_rng_states
 from interlock.core.config import TrainerConfig
 from interlock.core.datamodule import LOADER_METHODS, provides
@@ -128,7 +129,8 @@ def _rebuild(loader: DataLoader, sampler: Sampler[int]) -> DataLoader:
     }
     if loader.num_workers > 0:
         kwargs["prefetch_factor"] = loader.prefetch_factor
-    return DataLoader(loader.dataset, sampler=sampler, **kwargs)
+    cls = FastTensorLoader if isinstance(loader, FastTensorLoader) else DataLoader  # fast_fetch() is kept
+    return cls(loader.dataset, sampler=sampler, **kwargs)
 
 
 def prepare_loader(
