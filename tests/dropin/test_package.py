@@ -503,6 +503,55 @@ def test_run_arguments_interlock_cannot_honour_are_refused(call: str, says: str,
         eval(call, {"trainer": trainer, "model": model, "data": data})
 
 
+FLAG_ATTRIBUTES = [
+    "max_epochs",
+    "max_steps",
+    "min_epochs",
+    "min_steps",
+    "limit_train_batches",
+    "limit_val_batches",
+    "limit_test_batches",
+    "limit_predict_batches",
+    "val_check_interval",
+    "check_val_every_n_epoch",
+    "num_sanity_val_steps",
+    "accumulate_grad_batches",
+    "gradient_clip_val",
+    "gradient_clip_algorithm",
+    "overfit_batches",
+    "log_every_n_steps",
+    "fast_dev_run",
+    "num_devices",
+    "device_ids",
+    "precision",
+]
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "max_epochs": st.sampled_from([None, 1, 5, -1]),
+            "max_steps": st.sampled_from([-1, 7]),
+            "limit_val_batches": st.sampled_from([None, 0.5, 3]),
+            "accumulate_grad_batches": st.integers(1, 4),
+            "gradient_clip_val": st.sampled_from([None, 0.5]),
+            "num_sanity_val_steps": st.sampled_from([None, 0, -1]),
+            "precision": st.sampled_from([None, "32-true", "bf16-mixed", 64]),
+            "fast_dev_run": st.sampled_from([False, True, 3]),
+            "overfit_batches": st.sampled_from([0.0, 2, 0.25]),
+        },
+    )
+)
+def test_flag_attributes_read_as_lightnings(flags: dict[str, Any]) -> None:
+    """trainer.max_epochs, limit_*_batches, accumulate_grad_batches, ... read as Lightning's for the same flags."""
+    lit = pl.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, **flags)
+    mine = il.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, **flags)
+    for name in FLAG_ATTRIBUTES:
+        assert getattr(mine, name) == getattr(lit, name), name
+
+
 def test_max_time_adds_a_timer_as_lightning_does(tmp_path: Path) -> None:
     """Trainer(max_time=...) installs a Timer with that duration; a value interlock cannot honour still raises."""
     from interlock.lightning.callbacks import Timer

@@ -26,6 +26,27 @@ __all__ = ["Trainer"]
 #: Keys of a history row that describe it rather than measure something.
 _ROW_KEYS = frozenset({"stage", "epoch", "global_step"})
 
+#: TrainerConfig fields Lightning's Trainer has as attributes of the same name.
+_CONFIG_FIELDS = frozenset(
+    {
+        "max_steps",
+        "val_check_interval",
+        "check_val_every_n_epoch",
+        "num_sanity_val_steps",
+        "accumulate_grad_batches",
+        "gradient_clip_val",
+        "gradient_clip_algorithm",
+        "fast_dev_run",
+        "min_epochs",
+        "min_steps",
+        "overfit_batches",
+        "log_every_n_steps",
+    }
+)
+
+#: What Lightning's attributes read under ``fast_dev_run`` (its ``_init_debugging_flags``).
+_FAST_DEV_RUN: dict[str, Any] = {"val_check_interval": 1.0, "check_val_every_n_epoch": 1, "fast_dev_run": None}
+
 _SETTABLE = {
     "should_stop": "return interlock.Stop('why') from a listener (a Lightning Callback's `trainer.should_stop = True`)",
 }
@@ -107,6 +128,7 @@ class Trainer(NativeTrainer):
             from interlock.lightning.callbacks import Timer
 
             given.append(Timer(duration=max_time, interval="step"))
+        self._clip_algorithm = gradient_clip_algorithm  # Lightning's attribute keeps None ("norm" is applied)
         lightning_only = {
             "num_nodes": num_nodes,
             "benchmark": benchmark,
@@ -297,11 +319,44 @@ class Trainer(NativeTrainer):
 
     @property
     def max_epochs(self) -> int | None:
-        return self.config.max_epochs
+        """The ``max_epochs`` flag as given (``None``: Lightning's 1000 when ``max_steps`` is not set either)."""
+        return 1 if self.config.fast_dev_run else self.config.max_epochs
+
+    @property
+    def num_devices(self) -> int:
+        return len(self.hardware.devices)
+
+    @property
+    def device_ids(self) -> list[int]:
+        return list(self.hardware.devices)
+
+    @property
+    def precision(self) -> str:
+        return str(self.hardware.precision.flag)
+
+    def __getattr__(self, name: str) -> Any:
+        """Lightning's flag attributes (``trainer.limit_val_batches``, ``accumulate_grad_batches``, ...)."""
+        if name.startswith("limit_") and name.endswith("_batches") and name != "limit_batches":
+            limit = self.config.limit(name[len("limit_") : -len("_batches")])
+            return 1.0 if limit is None else limit
+        if name == "num_sanity_val_steps":
+            steps = 0 if self.config.fast_dev_run else self.config.num_sanity_val_steps
+            return float("inf") if steps == -1 else steps
+        fast = self.config.fast_dev_run
+        if fast and name in _FAST_DEV_RUN:
+            if name == "fast_dev_run":
+                return True if fast == 1 else fast
+            return _FAST_DEV_RUN[name]
+        if name == "gradient_clip_algorithm":
+            return self.__dict__.get("_clip_algorithm")
+        if name in _CONFIG_FIELDS:
+            return getattr(self.config, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def max_steps(self) -> int:
-        return self.config.max_steps
+        fast = self.config.fast_dev_run
+        return int(fast) if fast else self.config.max_steps
 
     @property
     def default_root_dir(self) -> str:
