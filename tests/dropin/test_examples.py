@@ -21,9 +21,7 @@ pytest.importorskip("pytorch_lightning")
 TOLERANCE: dict[str, tuple[float, str]] = {}
 
 #: example -> what interlock still lacks for it (the test is xfail(strict) until then).
-MISSING: dict[str, str] = {
-    "autoencoder": "interlock.lightning.callbacks.Callback",
-}
+MISSING: dict[str, str] = {}
 
 EXAMPLES = [
     "bug_report_model",

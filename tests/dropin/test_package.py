@@ -142,9 +142,10 @@ def test_the_native_trainer_keeps_working_with_a_lightning_checkpoint_callback(t
 
 
 PUBLIC = {
-    "interlock.lightning": ["LightningModule", "LightningDataModule", "Trainer", "seed_everything"],
+    "interlock.lightning": ["LightningModule", "LightningDataModule", "Trainer", "Callback", "seed_everything"],
     "interlock.lightning.core": ["LightningModule", "LightningDataModule"],
     "interlock.lightning.callbacks": [
+        "Callback",
         "ModelCheckpoint",
         "EarlyStopping",
         "LearningRateMonitor",
@@ -204,16 +205,12 @@ def test_a_lightning_name_without_equivalent_fails_at_import_naming_the_alternat
         exec(f"from interlock.lightning.{module} import {name}")
 
 
-#: Lightning names another part of the adapter is adding (interlock.lightning.Callback), left out until it lands.
-PENDING: set[str] = {"Callback"}
-
-
 @pytest.mark.parametrize("module", ["", ".callbacks", ".loggers", ".utilities"])
 def test_every_lightning_public_name_imports_or_names_its_alternative(module: str) -> None:
     """Each name in Lightning's __all__ imports from interlock.lightning, or raises ImportError naming what to use."""
     theirs = importlib.import_module(f"pytorch_lightning{module}")
     mine = importlib.import_module(f"interlock.lightning{module}")
-    for name in sorted(set(theirs.__all__) - PENDING):
+    for name in sorted(theirs.__all__):
         try:
             getattr(mine, name)
         except ImportError as exc:
