@@ -71,7 +71,20 @@ def logged_values(run: Run, loop: str) -> tuple[dict[str, float], set[str]]:
     ``sync_dist`` values are averaged over processes.
     Names logged with ``logger=False`` stay in ``state.metrics`` but not in the history rows.
     """
-    values, sync, hidden = epoch_values(run.facts, loop)
+    live = run.module.__dict__.get("_interlock_metrics")
+    computed = None
+    if live:  # torchmetrics metrics logged on epoch: compute() then reset(), as Lightning (each syncs itself)
+        prefix = f"{loop}/"
+        rows = [r for k, r in run.facts.logged.items() if k.startswith(prefix) and r.get("metric")]
+        computed = {}
+        for row in rows:
+            metric = live.pop(str(row["metric"]), None)
+            if metric is None:
+                continue
+            if not row.get("step_only"):
+                computed[str(row["metric"])] = float(metric.compute())
+            metric.reset()
+    values, sync, hidden = epoch_values(run.facts, loop, computed)
     reduce = run.dist.reduce_metrics if run.dist is not None else None
     if sync and reduce is not None:
         values.update(reduce({k: values[k] for k in sync}))

@@ -17,7 +17,9 @@ import torch
 from interlock.core.state import TrainerState
 from interlock.core.updates import Change, LogMetrics, Update
 
-__all__ = ["DEFAULTS", "AddLogged", "LogEntry", "check_reduce", "epoch_values", "take"]
+__all__ = [
+    "DEFAULTS", "AddLogged", "LogEntry", "check_reduce", "epoch_values", "is_metric", "is_metric_collection", "take",
+]  # fmt: skip
 
 _REDUCE = {"mean": "mean", "avg": "mean", "sum": "sum", "max": "max", "min": "min"}
 _TORCH_REDUCE = {torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min"}
@@ -87,6 +89,8 @@ class AddLogged(Change):
                 logged[key] = new
                 continue
             value, weight, how = old["value"], old["weight"], new["reduce"]
+            if how == "metric":
+                continue  # the metric object accumulates itself
             if how in {"mean", "sum"}:
                 value = value + new["value"]
             elif how == "max":
@@ -99,6 +103,26 @@ class AddLogged(Change):
 
 def _float(name: str, value: Any) -> float:
     return float(value.item()) if isinstance(value, torch.Tensor) else float(value)
+
+
+def is_metric(value: Any) -> bool:
+    """A torchmetrics ``Metric`` (told by its protocol: ``update``/``compute``/``reset`` and a forward cache)."""
+    return all(hasattr(value, a) for a in ("update", "compute", "reset", "_forward_cache"))
+
+
+def is_metric_collection(value: Any) -> bool:
+    """A torchmetrics ``MetricCollection`` (named metrics; ``log_dict`` logs each)."""
+    return type(value).__name__ == "MetricCollection" and callable(getattr(value, "items", None))
+
+
+def _step_value(name: str, metric: Any) -> float:
+    cached = metric._forward_cache
+    if cached is None:
+        raise ValueError(
+            f"self.log({name!r}, metric) on step logs the metric's value for the batch, but it was not called on one: "
+            "call it (metric(preds, target)) before logging it, or log it with on_step=False (compute() at epoch end)"
+        )
+    return _float(name, cached)
 
 
 def take(logs: list[LogEntry], fx: str, loop: str, infer: Callable[[], int] | None = None) -> list[Update]:
@@ -120,12 +144,26 @@ def take(logs: list[LogEntry], fx: str, loop: str, infer: Callable[[], int] | No
         on_epoch = defaults[1] if e.on_epoch is None else e.on_epoch
         if on_step and len(defaults) > 2:
             raise ValueError(f"self.log({e.name!r}, on_step=True) is not allowed in {fx}; it runs once an epoch")
-        value = _float(e.name, e.value)
+        metric = is_metric(e.value)
+        value = (_step_value(e.name, e.value) if on_step else 0.0) if metric else _float(e.name, e.value)
         if on_step:
             step_metrics[f"{e.name}_step" if on_epoch else e.name] = value
             if on_epoch:
                 step_metrics[e.name] = value  # Lightning's callback_metrics: the bare name is the latest value
-        if on_epoch:
+        if on_epoch and metric:  # the epoch value is the metric's compute() at the epoch end, then reset()
+            row = {
+                "name": f"{e.name}_epoch" if on_step else e.name, "reduce": "metric", "value": 0.0, "weight": 0.0,
+                "sync_dist": False, "prog_bar": e.prog_bar, "logger": e.logger, "forked": e.name if on_step else None,
+                "metric": e.name,
+            }  # fmt: skip
+            items.append((f"{loop}/{e.name}", row))
+        elif metric:  # logged on step only: still reset at the epoch end (Lightning's)
+            row = {
+                "name": e.name, "reduce": "metric", "value": 0.0, "weight": 0.0, "sync_dist": False,
+                "prog_bar": e.prog_bar, "logger": e.logger, "forked": None, "metric": e.name, "step_only": True,
+            }  # fmt: skip
+            items.append((f"{loop}/{e.name}", row))
+        elif on_epoch:
             n = e.batch_size
             if n is None and e.reduce == "mean":
                 if inferred is None:
@@ -151,8 +189,13 @@ def take(logs: list[LogEntry], fx: str, loop: str, infer: Callable[[], int] | No
     return out
 
 
-def epoch_values(state: TrainerState, loop: str) -> tuple[dict[str, float], set[str], set[str]]:
-    """``loop``'s epoch-level logged values; the names to average over processes; those kept from loggers."""
+def epoch_values(
+    state: TrainerState, loop: str, computed: Mapping[str, float] | None = None
+) -> tuple[dict[str, float], set[str], set[str]]:
+    """``loop``'s epoch-level logged values; the names to average over processes; those kept from loggers.
+
+    ``computed`` holds the epoch values of logged torchmetrics metrics (their ``compute()``), by logged name.
+    """
     values: dict[str, float] = {}
     sync: set[str] = set()
     hidden: set[str] = set()
@@ -162,7 +205,11 @@ def epoch_values(state: TrainerState, loop: str) -> tuple[dict[str, float], set[
             continue
         name = str(row["name"])
         value = float(row["value"])
-        if row["reduce"] == "mean":
+        if row["reduce"] == "metric":
+            if row.get("step_only") or computed is None or row["metric"] not in computed:
+                continue
+            value = computed[row["metric"]]
+        elif row["reduce"] == "mean":
             value = value / float(row["weight"]) if row["weight"] else 0.0
         values[name] = value
         if row["sync_dist"]:

@@ -12,7 +12,7 @@ from typing import Any, ClassVar, TypeVar
 
 import torch
 
-from interlock.core.logging import LogEntry, check_reduce
+from interlock.core.logging import LogEntry, check_reduce, is_metric, is_metric_collection
 
 __all__ = [
     "AttributeDict",
@@ -358,9 +358,12 @@ class Module(torch.nn.Module):
             )
         if not isinstance(name, str) or not name:
             raise ValueError(f"self.log name must be a non-empty str, got {name!r}")
-        if isinstance(value, Mapping):
+        if isinstance(value, Mapping) or is_metric_collection(value):
             raise TypeError(f"self.log({name!r}) got a dict; use self.log_dict({{...}}) for several metrics")
-        if isinstance(value, torch.Tensor):
+        if is_metric(value):  # a torchmetrics Metric: its batch value on step, compute() at the epoch end
+            metrics = self.__dict__.setdefault("_interlock_metrics", {})
+            metrics[name] = value
+        elif isinstance(value, torch.Tensor):
             if value.numel() != 1:
                 raise ValueError(
                     f"self.log({name!r}) needs a scalar, got a tensor of shape {tuple(value.shape)}; reduce it first"
@@ -392,7 +395,7 @@ class Module(torch.nn.Module):
         batch_size: int | None = None,
     ) -> None:
         """``self.log`` for each item of ``dictionary``, with the same options."""
-        if not isinstance(dictionary, Mapping):
+        if not isinstance(dictionary, Mapping) and not is_metric_collection(dictionary):
             raise TypeError(f"self.log_dict needs a dict of name -> value, got {type(dictionary).__name__}")
         for name, value in dictionary.items():
             self.log(name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, batch_size)
@@ -685,6 +688,7 @@ class Module(torch.nn.Module):
         state.pop("_interlock_view", None)
         state.pop("_interlock_logs", None)
         state.pop("_interlock_toggled", None)
+        state.pop("_interlock_metrics", None)
         return state
 
     def __getattr__(self, name: str) -> Any:
