@@ -689,6 +689,8 @@ class Module(torch.nn.Module):
         state.pop("_interlock_logs", None)
         state.pop("_interlock_toggled", None)
         state.pop("_interlock_metrics", None)
+        for name in state.pop("_interlock_uncompiled", {}):  # a copy is the plain module (torch.compile it again)
+            state.pop(name, None)
         return state
 
     def __getattr__(self, name: str) -> Any:

@@ -262,6 +262,7 @@ class Trainer:
         trainer continues its state with the next epoch (nothing to train when its limits are reached:
         raise ``max_epochs``).
         """
+        module = unwrap_compiled(module)
         check_ckpt_path(ckpt_path, "fit")
         if datamodule is None and is_datamodule(train_dataloaders):
             train_dataloaders, datamodule = None, train_dataloaders
@@ -321,6 +322,7 @@ class Trainer:
         return self._evaluate("predict", module, dataloaders, ckpt_path, datamodule)
 
     def _evaluate(self, stage: str, module: Module | None, dataloaders: Any, ckpt_path: Any, datamodule: Any) -> Any:
+        module = unwrap_compiled(module)
         if module is None:
             module = self.__dict__.get("_module")
             if module is None:
@@ -356,6 +358,25 @@ class Trainer:
 
     def __repr__(self) -> str:
         return f"Trainer({self.hardware.describe()}, at={self.runtime.at!r})"
+
+
+_COMPILED = ("forward", "training_step", "validation_step", "test_step", "predict_step")
+
+
+def unwrap_compiled(module: Any) -> Any:
+    """The module inside ``torch.compile(module)``, with its forward and steps compiled (Lightning's ``from_compiled``).
+
+    The run trains the module itself (``torch.compile`` shares its parameters), through the compiled
+    callables; anything else is returned as it is.
+    """
+    if type(module).__name__ != "OptimizedModule" or not hasattr(module, "_orig_mod"):
+        return module
+    inner, compile_ = module._orig_mod, module.dynamo_ctx
+    originals = inner.__dict__.setdefault("_interlock_uncompiled", {})
+    for name in _COMPILED:
+        fn = originals.setdefault(name, getattr(inner, name))
+        inner.__dict__[name] = compile_(fn)
+    return inner
 
 
 def results_table(stage: str, results: list[dict[str, float]]) -> str:
