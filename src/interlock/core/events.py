@@ -229,6 +229,17 @@ class EventBus:
         """Each observer as ``listener_key.method`` (or the function's name), in call order."""
         return list(self._observer_sources)
 
+    def remove_sources(self, sources: set[str]) -> None:
+        """Unregister every handler and observer registered with one of ``sources`` (listener keys)."""
+        for name in self.names:
+            for sub in list(self._handlers[name]):
+                if sub.source in sources:
+                    sub.remove()
+        kept = [(o, src) for o, src in zip(self.observers, self._observer_sources, strict=True)
+                if src.split(".")[0] not in sources]  # fmt: skip
+        self.observers[:] = [o for o, _ in kept]
+        self._observer_sources[:] = [src for _, src in kept]
+
     def _remove(self, sub: Subscription) -> None:
         for name in sub.names:
             handlers = self._handlers[name]

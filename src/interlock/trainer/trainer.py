@@ -16,9 +16,10 @@ from interlock.core.chart import Chart, load_chart
 from interlock.core.config import TrainerConfig
 from interlock.core.datamodule import LOADER_METHODS, check_datamodule, is_datamodule, provides
 from interlock.core.events import EventBus, Handler, Listener, Observer, order_listeners
-from interlock.core.module import Module
+from interlock.core.module import Module, overrides
 from interlock.core.run import Run
 from interlock.core.state import TrainerState
+from interlock.listeners.checkpoint import ModelCheckpoint
 from interlock.listeners.csv_logger import CSVLogger
 from interlock.listeners.tensorboard import TensorBoardLogger
 from interlock.loops import default_registry
@@ -181,6 +182,44 @@ class Trainer:
             for observer in listener.observers():
                 self.bus.observe(observer, source=listener.key)
 
+    def _attach_module_callbacks(self, module: Any) -> None:
+        """Install what the module's ``configure_callbacks()`` returns, as Lightning at each stage's start.
+
+        A returned listener (or Lightning-style callback) replaces the trainer's of its type (or of a
+        base type); the others are added; checkpoint listeners run last. The change stays for the
+        trainer's later stages, as in Lightning.
+        """
+        if not overrides(module, "configure_callbacks"):
+            return
+        returned = module.configure_callbacks()
+        items = [] if returned is None else [returned] if not isinstance(returned, Sequence) else list(returned)
+        if not items:
+            return
+        plain, callbacks = split_callbacks("configure_callbacks", items)
+        listeners = _module_listeners(type(module).__name__, plain or [])
+        if callbacks:
+            kept_cbs = [c for c in self.lightning_callbacks if not any(isinstance(n, type(c)) for n in callbacks)]
+            self.lightning_callbacks = (*kept_cbs, *callbacks)
+            if "fit.train.batch.end" in self.statechart.leaves and not any(
+                s.source == "callbacks" for s in self.bus.handlers("fit.train.batch.end")
+            ):
+                handler: Any = batch_end_handler(lambda: self.runtime.current_run)
+                self.bus.on("fit.train.batch.end", handler, source="callbacks")
+        if not listeners:
+            return
+        for listener in listeners:
+            listener.configure(self.config)
+        kept = [x for x in self.listeners if not any(isinstance(n, type(x)) for n in listeners)]
+        self.bus.remove_sources({x.key for x in self.listeners})  # re-subscribed below, in the new order
+        ordered = order_listeners([*kept, *listeners])
+        last: list[Listener] = [x for x in ordered if isinstance(x, ModelCheckpoint)]  # Lightning: checkpoints last
+        self.listeners = [x for x in ordered if not isinstance(x, ModelCheckpoint)] + last
+        for listener in self.listeners:
+            for pattern, handler_, every, once in listener.subscriptions():
+                self.bus.on(pattern, handler_, every=every, once=once, source=listener.key)
+            for observer in listener.observers():
+                self.bus.observe(observer, source=listener.key)
+
     # -- events and state -------------------------------------------------------------
     def on(
         self, pattern: str, handler: Handler | None = None, *, every: int | None = None, once: bool | int = False
@@ -230,6 +269,7 @@ class Trainer:
         weights back, so ``module`` and ``self.state`` end as the run did.
         """
         self.__dict__["_module"] = module  # what a later validate/test/predict without a module runs
+        self._attach_module_callbacks(module)
         session, strategy = self._session(), self.hardware.strategy
         if not strategy.launches_processes:
             return strategy.launch(call, session)
@@ -361,6 +401,17 @@ class Trainer:
 
 
 _COMPILED = ("forward", "training_step", "validation_step", "test_step", "predict_step")
+
+
+def _module_listeners(owner: str, items: list[Any]) -> list[Listener]:
+    for item in items:
+        if not isinstance(item, Listener):
+            raise TypeError(
+                f"{owner}.configure_callbacks() returned {item!r:.80}, which is neither a Listener nor a "
+                "Lightning-style Callback: return instances of interlock.Listener subclasses or of "
+                "interlock.lightning.Callback"
+            )
+    return list(items)
 
 
 def unwrap_compiled(module: Any) -> Any:
