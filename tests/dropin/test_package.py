@@ -194,6 +194,7 @@ def test_lightning_public_names_import_from_the_same_paths(module: str, names: l
         ("loggers", "MLFlowLogger", "not in interlock yet"),
         ("loggers", "WandbLogger", "not in interlock yet"),
         ("utilities", "CombinedLoader", "list of loaders"),
+        ("callbacks", "ModelSummary", "interlock.lightning.utilities.model_summary"),
     ],
 )
 def test_a_lightning_name_without_equivalent_fails_at_import_naming_the_alternative(
@@ -217,6 +218,36 @@ def test_every_lightning_public_name_imports_or_names_its_alternative(module: st
             assert "interlock" in str(exc) and ": " in str(exc), (name, str(exc))
         except AttributeError:
             pytest.fail(f"interlock.lightning{module}.{name} neither exists nor names an alternative")
+
+
+@pytest.mark.parametrize("depth", [0, 1, 2, 3, -1])
+def test_model_summary_counts_as_lightnings(depth: int) -> None:
+    """ModelSummary gives Lightning's layer names, types, parameter counts, modes and size at each depth."""
+    from pytorch_lightning.utilities.model_summary import ModelSummary as Lit
+
+    from interlock.lightning.utilities.model_summary import ModelSummary
+
+    torch.manual_seed(0)
+    model = LitRegression(hidden=6)
+    model.net[1].eval()
+    model.net[2].weight.requires_grad_(False)
+    model.deep = torch.nn.Sequential(torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.ReLU()))
+    lit, mine = Lit(model, max_depth=depth), ModelSummary(model, max_depth=depth)
+    for name in (
+        "layer_names",
+        "layer_types",
+        "param_nums",
+        "training_modes",
+        "total_training_modes",
+        "total_parameters",
+        "trainable_parameters",
+        "total_layer_params",
+        "model_size",
+    ):
+        assert getattr(mine, name) == getattr(lit, name), name
+    assert all(n in str(mine) for n in mine.layer_names)
+    with pytest.raises(ValueError, match="max_depth=-2"):
+        ModelSummary(model, max_depth=-2)
 
 
 def test_small_utilities_behave_as_lightnings() -> None:

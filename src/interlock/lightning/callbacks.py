@@ -222,8 +222,10 @@ __getattr__ = missing(
         "BaseFinetuning": f"freeze and unfreeze parameters in module hooks (on_train_epoch_start), or {_NATIVE}",
         "GradientAccumulationScheduler": "use Trainer(accumulate_grad_batches=N) (a fixed count)",
         "LambdaCallback": "use trainer.on('event.name', handler) or an interlock.Listener",
-        "ModelSummary": "print(model) or torchinfo; interlock prints no model summary",
-        "RichModelSummary": "print(model) or torchinfo; interlock prints no model summary",
+        "ModelSummary": "print(interlock.lightning.utilities.model_summary.ModelSummary(model, max_depth)) yourself; "
+        "the Trainer prints no summary",
+        "RichModelSummary": "print(interlock.lightning.utilities.model_summary.ModelSummary(model, max_depth)) "
+        "yourself; the Trainer prints no summary",
         "RichProgressBar": "use TQDMProgressBar (interlock's ProgressBar)",
         "OnExceptionCheckpoint": "interlock saves last.ckpt on preemption and Ctrl-C by itself (docs/resuming.md)",
         "BasePredictionWriter": "write trainer.predict(...)'s returned list yourself",

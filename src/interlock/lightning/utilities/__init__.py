@@ -74,7 +74,6 @@ __getattr__ = missing(
     "interlock.lightning.utilities",
     {
         "CombinedLoader": "pass a list of loaders (validation/test), or zip the training loaders in one Dataset",
-        "model_summary": "print(model) or torchinfo; interlock prints no model summary",
         "find_shared_parameters": "compare parameter ids yourself: {id(p) for p in model.parameters()}",
         "set_shared_parameters": "tie them in the module's __init__",
         "measure_flops": "use torch.utils.flop_counter.FlopCounterMode",
