@@ -379,3 +379,21 @@ def test_estimated_stepping_batches_follows_lightnings_rule(tmp_path: Path) -> N
     fit(tmp_path, [Est()], max_epochs=3, max_steps=5)
     fit(tmp_path, [Est()], max_epochs=-1, max_steps=3)
     assert seen == [6, 5, 3]
+
+
+def test_a_plain_fit_binds_no_callback_work(tmp_path: Path) -> None:
+    """Without callbacks the per-batch states run exactly the module's work: no callback action is bound."""
+    seen: dict[str, tuple[Any, ...]] = {}
+    trainer = interlock.Trainer(max_epochs=1, default_root_dir=tmp_path, enable_checkpointing=False, **QUIET)
+
+    @trainer.on("fit.train.batch.step", once=True)
+    def look(event: Any) -> None:
+        nodes = trainer.runtime._nodes
+        for leaf in ("fit.train.batch.step", "fit.train.batch.end", "teardown"):
+            seen[leaf] = nodes[leaf].entry
+
+    trainer.fit(TinyModule(), loader(64), loader(32))
+    assert len(seen["fit.train.batch.step"]) == 1  # training_step only: no hook, no callbacks.flush
+    assert len(seen["fit.train.batch.end"]) == 1  # signals.vote only
+    assert not trainer.bus.handlers("fit.train.batch.end")
+    assert trainer.lightning_callbacks == ()

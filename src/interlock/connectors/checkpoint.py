@@ -358,7 +358,7 @@ def _write(run: Run, path: str, weights_only: bool = False) -> None:
         run.hardware.precision.state_dict(),
         train.data.data_state() if train is not None else None,
         strategy,
-        (lambda payload: save_callbacks(run, payload)) if run.callbacks else None,
+        (lambda payload: save_callbacks(run, payload)) if run.callbacks and not weights_only else None,
         history,
     )
     if weights_only:  # Lightning's save_weights_only: no optimizer, scheduler or gradient state
