@@ -1,10 +1,10 @@
-# Lightning's examples/pytorch/domain_templates/reinforce_learn_ppo.py (Proximal Policy Optimization), with a
-# small CartPole-like environment written here in place of gym.
+# Lightning's examples/pytorch/domain_templates/reinforce_learn_ppo.py (Proximal Policy Optimization), with the
+# pytorch_lightning import spelling and a small CartPole-like environment written here in place of gym.
 from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
-from lightning.pytorch import LightningModule, Trainer, seed_everything
+from pytorch_lightning import LightningModule, Trainer, seed_everything
 from torch import nn
 from torch.distributions import Categorical
 from torch.utils.data import DataLoader, IterableDataset
