@@ -469,6 +469,31 @@ def test_lightning_cli_trains_as_lightnings_cli(tmp_path: Path) -> None:
     assert harness.differences(harness.weights(lit.model), harness.weights(mine.model)) == []
 
 
+def test_lightning_cli_reads_the_same_config_file_as_lightnings(tmp_path: Path) -> None:
+    """A LightningCLI YAML (seed, model, data, trainer with a callback by class_path) trains the same under both."""
+    config = tmp_path / "config.yaml"
+    trained = []
+    for package, model, data in (
+        ("pytorch_lightning", LitRegression, LitData),
+        ("interlock.lightning", Regression, Data),
+    ):
+        config.write_text(
+            "seed_everything: 11\n"
+            "model:\n  hidden: 3\n  lr: 0.05\n"
+            "data:\n  n: 12\n"
+            "trainer:\n  max_epochs: 2\n  logger: false\n  enable_progress_bar: false\n"
+            f"  default_root_dir: {tmp_path / package}\n"
+            "  callbacks:\n"
+            f"    - class_path: {package}.callbacks.EarlyStopping\n      init_args:\n        monitor: val_loss\n"
+        )
+        cli_cls = importlib.import_module(f"{package}.cli").LightningCLI
+        cli = cli_cls(model, data, args=["fit", "--config", str(config)])
+        assert cli.config.fit.seed_everything == 11
+        assert any(type(c).__name__ == "EarlyStopping" for c in cli.trainer.callbacks)
+        trained.append(harness.weights(cli.model))
+    assert harness.differences(trained[0], trained[1]) == []
+
+
 def test_the_switch_changes_only_import_lines() -> None:
     """switched() rewrites every Lightning import spelling and refuses a change to any other line."""
     text = "import lightning as L\nfrom lightning.pytorch.demos import X\nimport pytorch_lightning as pl\nx = 1\n"
