@@ -111,6 +111,34 @@ def test_trainer_attributes_read_after_fit_match_lightning(tmp_path: Path) -> No
     assert torch.equal(mine.logged_metrics["val_loss"], lit.logged_metrics["val_loss"])
 
 
+def test_lightning_callbacks_by_their_lightning_names_act_as_lightnings(tmp_path: Path) -> None:
+    """EarlyStopping, LearningRateMonitor, Timer and TQDMProgressBar with Lightning's arguments act as Lightning's."""
+    import interlock.lightning.callbacks as mine_cb
+
+    outcomes = []
+    for trainer_cls, module_cls, cb in ((pl.Trainer, LitRegression, pl.callbacks), (il.Trainer, Regression, mine_cb)):
+        torch.manual_seed(0)
+        model = module_cls(lr=2.0)  # diverges: early stopping stops it
+        timer = cb.Timer(duration="00:01:00:00", interval="epoch", verbose=False)
+        trainer = trainer_cls(
+            max_epochs=20,
+            callbacks=[
+                cb.EarlyStopping(monitor="val_loss", patience=1, mode="min", log_rank_zero_only=True),
+                cb.LearningRateMonitor(logging_interval="epoch"),
+                cb.TQDMProgressBar(refresh_rate=5, leave=False),
+                timer,
+            ],
+            logger=pl.loggers.CSVLogger(str(tmp_path / "pl")) if trainer_cls is pl.Trainer else None,
+            default_root_dir=str(tmp_path),
+            enable_checkpointing=False,
+        )
+        trainer.fit(model, Data().train_dataloader(), Data().val_dataloader())
+        assert 0 < timer.time_elapsed() < 3600
+        outcomes.append((trainer.current_epoch, trainer.global_step, harness.weights(model)))
+    assert outcomes[0][:2] == outcomes[1][:2] and outcomes[0][0] < 20
+    assert harness.differences(outcomes[0][2], outcomes[1][2]) == []
+
+
 def test_trainer_refuses_writes_naming_the_interlock_way(tmp_path: Path) -> None:
     """Setting a read-only attribute raises; should_stop names interlock.Stop; save_checkpoint names SaveCheckpoint."""
     trainer = il.Trainer(default_root_dir=str(tmp_path), enable_progress_bar=False)
