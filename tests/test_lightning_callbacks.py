@@ -397,3 +397,26 @@ def test_a_plain_fit_binds_no_callback_work(tmp_path: Path) -> None:
     assert len(seen["fit.train.batch.end"]) == 1  # signals.vote only
     assert not trainer.bus.handlers("fit.train.batch.end")
     assert trainer.lightning_callbacks == ()
+
+
+def test_save_checkpoint_outside_fit_raises_naming_the_alternative(tmp_path: Path) -> None:
+    """trainer.save_checkpoint during validate is refused (checkpoints are fit's), naming torch.save of the weights."""
+
+    class Saver(Callback):
+        def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+            trainer.save_checkpoint(tmp_path / "v.ckpt")
+
+    trainer = interlock.Trainer(callbacks=[Saver()], default_root_dir=tmp_path, **QUIET)
+    with pytest.raises(RuntimeError, match=r"during validate.*torch.save"):
+        trainer.validate(TinyModule(), loader(32))
+    assert not (tmp_path / "v.ckpt").exists()
+
+
+def test_objects_without_callback_hooks_are_not_callbacks(tmp_path: Path) -> None:
+    """An object with only a setup method is not taken for a callback: it is refused as a listener would be."""
+
+    class NotACallback:
+        def setup(self, stage: str) -> None: ...
+
+    with pytest.raises(TypeError, match="not a Listener"):
+        interlock.Trainer(callbacks=[NotACallback()], **QUIET)

@@ -66,10 +66,12 @@ def _from_lightning(cls: type) -> bool:
 
 
 def is_callback(obj: Any) -> bool:
-    """Whether ``obj`` is a Lightning-style callback: it has a callable named like a callback hook."""
+    """Whether ``obj`` is a Lightning-style callback: a ``Callback`` subclass, or it has an ``on_*`` callback hook."""
     if isinstance(obj, type):
         return False
-    return any(callable(getattr(obj, hook, None)) for hook in CALLBACK_HOOKS)
+    if any(c.__name__ == "Callback" for c in type(obj).__mro__):
+        return True
+    return any(callable(getattr(obj, hook, None)) for hook in CALLBACK_HOOKS if hook.startswith("on_"))
 
 
 def check_callback(obj: Any) -> None:
@@ -178,6 +180,12 @@ class TrainerView:
 
     def save_checkpoint(self, filepath: Any, weights_only: bool = False, storage_options: Any = None) -> None:
         """Ask for a checkpoint at ``filepath`` (written at the next checkpointable state)."""
+        if self._run.stage != "fit":
+            raise RuntimeError(
+                f"trainer.save_checkpoint({str(filepath)!r}) during {self._run.stage}: interlock writes checkpoints "
+                "during fit only (they hold the training state); save the weights with "
+                "torch.save(pl_module.state_dict(), path) instead"
+            )
         if storage_options is not None:
             raise TypeError(
                 "trainer.save_checkpoint(storage_options=...) is not supported: interlock writes local files"
