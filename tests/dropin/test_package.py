@@ -146,6 +146,9 @@ def test_trainer_refuses_writes_naming_the_interlock_way(tmp_path: Path) -> None
         trainer.should_stop = True  # type: ignore[misc]
     with pytest.raises(AttributeError, match=r"read-only"):
         trainer.current_epoch = 3  # type: ignore[misc]
+    for flag in ("limit_val_batches", "accumulate_grad_batches", "num_sanity_val_steps", "gradient_clip_algorithm"):
+        with pytest.raises(AttributeError, match=rf"trainer\.{flag} is read-only"):
+            setattr(trainer, flag, 0)
     with pytest.raises(RuntimeError, match=r"SaveCheckpoint"):
         trainer.save_checkpoint(tmp_path / "x.ckpt")
 

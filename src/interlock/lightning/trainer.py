@@ -421,7 +421,9 @@ class Trainer(NativeTrainer):
         return self.state.chart.startswith("fit.train") and ".val" not in self.state.chart
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if isinstance(getattr(type(self), name, None), property):
+        flag = name in _CONFIG_FIELDS or name in ("gradient_clip_algorithm", "num_sanity_val_steps", "fast_dev_run")
+        flag = flag or (name.startswith("limit_") and name.endswith("_batches"))
+        if flag or isinstance(getattr(type(self), name, None), property):
             instead = _SETTABLE.get(name, "configure it with a Trainer flag, or return an update from a listener")
             raise AttributeError(f"trainer.{name} is read-only in interlock (the state is frozen): {instead}")
         super().__setattr__(name, value)
