@@ -1,8 +1,10 @@
 """Lightning's ``Trainer``: :class:`interlock.Trainer` plus the attributes Lightning code reads after a run.
 
-The flags are interlock's, which keep Lightning's names; this subclass only adds read-only
-views over the frozen state (``callback_metrics``, ``current_epoch``, ``checkpoint_callback``,
-...) and remembers the module of the last run (``trainer.model``). Nothing here runs per step.
+This subclass takes Lightning's signature (its ``None`` defaults resolved as Lightning does) and
+hands the flags to the native Trainer; it adds Lightning's argument order for ``fit``/``validate``/
+``test``/``predict``, read-only views over the frozen state (``callback_metrics``,
+``current_epoch``, ``checkpoint_callback``, the flag attributes, ...) and the module of the last
+run (``trainer.model``). Nothing here runs per step.
 """
 
 from __future__ import annotations
@@ -55,10 +57,11 @@ _SETTABLE = {
 class Trainer(NativeTrainer):
     """:class:`interlock.Trainer` with Lightning's read-only attributes (``callback_metrics``, ``global_step``, ...).
 
-    Takes the native Trainer's flags (Lightning's names). ``trainer.fit(model, ...)``,
-    ``validate``, ``test`` and ``predict`` are the native ones; afterwards ``trainer.model``
-    is the module of the last call, and ``trainer.checkpoint_callback.best_model_path`` reads
-    the first ``ModelCheckpoint``'s state.
+    Takes Lightning's ``Trainer(...)`` arguments (interlock's own flags pass through);
+    ``fit``, ``validate``, ``test`` and ``predict`` take Lightning's argument order and run the
+    native ones. Afterwards ``trainer.model`` is the module of the last call, and
+    ``trainer.checkpoint_callback.best_model_path`` reads the first ``ModelCheckpoint``'s state.
+    Setting any of these attributes raises, naming the interlock way.
     """
 
     _last_module: Module | None = None
