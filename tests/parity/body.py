@@ -114,6 +114,55 @@ class Body:
         return {"optimizer": opt, "lr_scheduler": config}
 
 
+class WarmUp:
+    """Lightning's documented learning-rate warm-up, in optimizer_step, after the step."""
+
+    def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
+        optimizer.step(closure=optimizer_closure)
+        step = self.global_step  # type: ignore[attr-defined]
+        if step < 5:
+            for group in optimizer.param_groups:
+                group["lr"] = min(1.0, (step + 1) / 5) * self.spec.lr  # type: ignore[attr-defined]
+
+
+class KeepZeros:
+    """optimizer_zero_grad that keeps zero tensors (set_to_none=False)."""
+
+    def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: Any) -> None:
+        optimizer.zero_grad(set_to_none=False)
+
+
+class OwnClip:
+    """configure_gradient_clipping: by value on even steps, else the Trainer's flags."""
+
+    def configure_gradient_clipping(
+        self, optimizer: Any, gradient_clip_val: Any = None, gradient_clip_algorithm: Any = None
+    ) -> None:
+        if self.global_step % 2 == 0:  # type: ignore[attr-defined]
+            self.clip_gradients(optimizer, gradient_clip_val=0.05, gradient_clip_algorithm="value")  # type: ignore[attr-defined]
+        else:
+            self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)  # type: ignore[attr-defined]
+
+
+class OwnSchedulerStep:
+    """lr_scheduler_step stepping only on odd global steps (epoch schedulers: every other epoch)."""
+
+    def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
+        if self.global_step % 2 == 1:  # type: ignore[attr-defined]
+            scheduler.step() if metric is None else scheduler.step(metric)
+
+
+#: the override mixins a ModuleSpec names (mixed in before the module's class)
+OVERRIDES: dict[str, type] = {"warmup": WarmUp, "zero_grad": KeepZeros, "clip": OwnClip, "sched": OwnSchedulerStep}
+
+
+def with_overrides(cls: type, spec: ModuleSpec) -> type:
+    """``cls`` with the spec's override mixins in front."""
+    if not spec.overrides:
+        return cls
+    return type(f"{cls.__name__}_{'_'.join(spec.overrides)}", (*(OVERRIDES[o] for o in spec.overrides), cls), {})
+
+
 def _recorder(name: str) -> Any:
     def hook(self: Body, *args: Any, **kwargs: Any) -> None:
         self.hook_log.append(name)

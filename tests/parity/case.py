@@ -22,6 +22,9 @@ class ModuleSpec:
     dropout: float = 0.0
     hooks: bool = False  # the module defines Lightning's hooks and records their order
     manual: bool = False  # automatic_optimization = False
+    #: Lightning overrides the module defines (``parity.body.OVERRIDES``): "warmup" (optimizer_step), "zero_grad"
+    #: (optimizer_zero_grad keeping zeros), "clip" (configure_gradient_clipping), "sched" (lr_scheduler_step)
+    overrides: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

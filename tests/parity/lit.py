@@ -7,7 +7,7 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 
-from parity.body import Body, HookRecorder, loaders
+from parity.body import Body, HookRecorder, loaders, with_overrides
 from parity.case import DataSpec, ModuleSpec
 
 
@@ -71,7 +71,7 @@ class LitData(pl.LightningDataModule):
 
 
 def lit_module(spec: ModuleSpec) -> LitModel:
-    return (LitHooked if spec.hooks else LitModel)(spec)
+    return with_overrides(LitHooked if spec.hooks else LitModel, spec)(spec)  # type: ignore[no-any-return]
 
 
 __all__ = ["LitData", "LitModel", "lit_module", "torch"]

@@ -40,7 +40,29 @@ E2 = {"max_epochs": 2}
 E3 = {"max_epochs": 3}
 E4 = {"max_epochs": 4}
 
+WARMUP = ModuleSpec(overrides=("warmup",))
+
 CASES: list[Case] = [
+    # -- the module's Lightning overrides (optimizer_step, optimizer_zero_grad, ...) ------------
+    Case("override-warmup", E2, module=WARMUP),
+    Case(
+        "override-warmup-accumulate-2-clip",
+        {**E2, "accumulate_grad_batches": 2, "gradient_clip_val": 0.5},
+        module=WARMUP,
+    ),
+    Case("override-warmup-hooks", E2, module=ModuleSpec(overrides=("warmup",), hooks=True)),
+    Case(
+        "override-zero-grad-accumulate-3",
+        {**E2, "accumulate_grad_batches": 3},
+        module=ModuleSpec(overrides=("zero_grad",)),
+    ),
+    Case("override-clip", E2, module=ModuleSpec(overrides=("clip",), optimizer="adam", lr=0.01)),
+    Case(
+        "override-sched-step",
+        E2,
+        module=ModuleSpec(overrides=("sched",), scheduler="exp", interval="step", style="log"),
+    ),
+    Case("override-sched-epoch", E3, module=ModuleSpec(overrides=("sched",), scheduler="step")),
     # -- epochs and steps ------------------------------------------------------------------
     Case("epochs-1", {"max_epochs": 1}),
     Case("epochs-3", E3),

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import interlock
-from parity.body import Body, HookRecorder, loaders
+from parity.body import Body, HookRecorder, loaders, with_overrides
 from parity.case import DataSpec, ModuleSpec
 
 
@@ -86,4 +86,4 @@ class PortData(getattr(interlock, "DataModule", object)):  # type: ignore[misc]
 
 
 def port_module(spec: ModuleSpec) -> PortModel:
-    return (PortHooked if spec.hooks else PortModel)(spec)
+    return with_overrides(PortHooked if spec.hooks else PortModel, spec)(spec)  # type: ignore[no-any-return]
