@@ -82,7 +82,14 @@ def _module_call(run: Run, hook: str, loop: str) -> Callable[..., list[Update]] 
     step = run.step
 
     def call(*args: Any, **kwargs: Any) -> list[Update]:
-        updates = as_updates(method(*args, **kwargs), f"{type(module).__name__}.{hook}")
+        out = method(*args, **kwargs)
+        if hook == "on_train_batch_start" and type(out) is int and out == -1:
+            raise TypeError(
+                f"{type(module).__name__}.on_train_batch_start returned -1, which in Lightning skips the rest of the "
+                "epoch; interlock does not: bound the epoch with Trainer(limit_train_batches=N), or return "
+                "interlock.Stop('why') to end the fit"
+            )
+        updates = as_updates(out, f"{type(module).__name__}.{hook}")
         logs = mdict.get("_interlock_logs")
         if logs:
             updates.extend(take(logs, hook, loop, lambda: batch_size(step.batch)))
