@@ -50,6 +50,7 @@ def test_bench_quick_json_shape() -> None:
         "resume",
         "rss",
         "epochs",
+        "long",
     }
     assert report["config"]["quick"] is True
 
@@ -111,6 +112,16 @@ def test_bench_quick_json_shape() -> None:
     assert epochs["epochs"] == report["config"]["growth_epochs"] and epochs["history_rows"] == 2 * epochs["epochs"]
     assert _finite(epochs["early_ms"]) and _finite(epochs["late_ms"]) and _finite(epochs["ratio"])
     assert epochs["verdict"] in ("PASS", "MISS")
+
+    long = report["long"]  # every default listener on: epoch cost, checkpoint bytes, run-dir bytes per step
+    assert long["status"] == "ok" and "error" not in long, long
+    assert long["history_rows"] == 2 * long["epochs"] == 2 * report["config"]["long_epochs"]
+    assert long["ckpt_ratio"] <= 1.02  # bytes, not time: the checkpoint does not grow with the history
+    assert {"events.jsonl", "history.jsonl", "metrics.csv"} <= set(long["files"])
+    assert _finite(long["epoch_ratio"]) and _finite(long["bytes_per_step"]) and long["steps"] == 200
+    assert all(long[k] in ("PASS", "MISS") for k in ("epoch_verdict", "ckpt_verdict", "bytes_verdict"))
+    assert bare["target_ratio"] == 1.03 and bare["ratio_verdict"] in ("PASS", "MISS")
+    assert _finite(bare["same_process_ratio"]) and len(bare["same_process_ratio_spread"]) == 2
 
 
 def test_bench_rejects_unknown_section() -> None:
