@@ -787,9 +787,12 @@ def run_long(spec: dict[str, Any]) -> dict[str, Any]:
         **spec.get("flags", {}),
     )
 
+    cpu: list[float] = []
+
     def observe(name: str, *_: Any) -> None:
         if name == "fit.train.epoch_start":
             starts.append(time.perf_counter())
+            cpu.append(time.process_time())
             last = Path(trainer.state.run_dir or root) / "checkpoints" / "last.ckpt"
             with contextlib.suppress(OSError):
                 sizes.append(last.stat().st_size)
@@ -806,6 +809,7 @@ def run_long(spec: dict[str, Any]) -> dict[str, Any]:
     steps = trainer.state.global_step
     return {
         "epoch_ms": [(b - a) * 1e3 for a, b in itertools.pairwise(starts)],
+        "epoch_cpu_ms": [(b - a) * 1e3 for a, b in itertools.pairwise(cpu)],
         "ckpt_bytes": sizes,
         "files": files,
         "steps": steps,
