@@ -267,7 +267,7 @@ CASES: list[Case] = [
         E3,
         resume=Resume(stop_step=3),
         expected_difference=EXACT_RESUME,
-        differs=("epoch_metrics", "metrics", "resumed_exactly", "weights"),
+        differs=("epoch_metrics", "last_metrics", "metrics", "resumed_exactly", "weights"),
     ),
     Case(
         "resume-mid-epoch-shuffle-dropout",
@@ -276,7 +276,7 @@ CASES: list[Case] = [
         data=SHUFFLED,
         resume=Resume(stop_step=6),
         expected_difference=EXACT_RESUME,
-        differs=("epoch_metrics", "metrics", "resumed_exactly", "weights"),
+        differs=("epoch_metrics", "last_metrics", "metrics", "resumed_exactly", "weights"),
     ),
     # -- self.log (pending) ----------------------------------------------------------------
     Case("log-epochs-2", E2, module=LOG, requires=("self_log",)),
@@ -317,6 +317,8 @@ CASES: list[Case] = [
         requires=("module_hooks", "eval_returns_list"),
     ),
     Case("hooks-val-check-0.5", {**E2, "val_check_interval": 0.5}, module=HOOKS, requires=("module_hooks",)),
+    Case("hooks-limit-val-0", {**E2, "limit_val_batches": 0}, module=HOOKS, requires=("module_hooks",)),
+    Case("val-check-float-0.5-across-epochs", {**E2, "val_check_interval": 0.5, "check_val_every_n_epoch": None}),
     # -- manual optimization (pending) -----------------------------------------------------
     Case(
         "manual-one-optimizer",

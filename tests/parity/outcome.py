@@ -21,6 +21,7 @@ class Outcome:
     calls: dict[str, int] = field(default_factory=dict)
     epoch_metrics: list[dict[str, float]] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)  # after fit
+    last_metrics: dict[str, float] = field(default_factory=dict)  # after the last call (callback_metrics)
     checkpoints: tuple[str, ...] = ()
     best_model_path: str = ""
     stopped_epoch: int | None = None

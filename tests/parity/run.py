@@ -134,6 +134,7 @@ def _lightning(
                     run(model, datamodule=dm, verbose=False) if dm else run(model, dataloaders=loader, verbose=False)
                 )
                 setattr(out, call, _results(result))
+            out.last_metrics = _floats(t.callback_metrics)
     except Exception as exc:
         out.error = f"{type(exc).__name__}: {exc}"
     out.weights, out.calls, out.hooks = _weights(model.net), dict(model.calls), tuple(model.hook_log)
@@ -224,6 +225,7 @@ def _interlock(
                 loader = data["val"] if call == "validate" else data["test"]
                 result = run(module, datamodule=dm) if dm else run(module, loader)
                 setattr(out, call, _results(result))
+            out.last_metrics = _floats(t.state.metrics)
     except Exception as exc:
         out.error = f"{type(exc).__name__}: {exc}"
     out.weights, out.calls, out.hooks = _weights(module.net), dict(module.calls), tuple(module.hook_log)

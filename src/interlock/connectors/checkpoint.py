@@ -218,9 +218,6 @@ def restore(
     strategy = strategy if strategy is not None else Strategy()
     sharded = ckpt.get("sharded")
     state = check_resumable(ckpt, module, [] if sharded else optimizers, schedulers, source)
-    hook = getattr(module, "on_load_checkpoint", None)
-    if callable(hook):  # Lightning's module hook, before the weights are loaded (what it saved is in ckpt)
-        hook(ckpt)
     if sharded:  # a directory: DCP loads model and optimizer state in place, resharded to this run
         strategy.load_sharded(sharded, module, optimizers)
     else:
@@ -237,6 +234,17 @@ def restore(
     for sched, saved in zip(schedulers, ckpt.get("schedulers", []), strict=False):
         sched.scheduler.load_state_dict(saved)
     return state
+
+
+def call_load_hook(module: torch.nn.Module, ckpt: Mapping[str, Any]) -> None:
+    """Lightning's ``on_load_checkpoint(checkpoint)``: at set-up, before the optimizers exist and the weights load.
+
+    Every stage calls it when it loads a checkpoint (``ckpt_path=`` of fit, validate, test, predict,
+    ``"best"`` included); the module may change the dict before its weights are read from it.
+    """
+    hook = getattr(module, "on_load_checkpoint", None)
+    if callable(hook):
+        hook(ckpt)
 
 
 def check_ckpt_path(ckpt_path: Any, method: str = "fit") -> None:
@@ -442,6 +450,7 @@ def register(reg: Registry) -> None:
             source = str(path)
             if run.stage != "fit":
                 check_fits(ckpt, run.module, source)
+                call_load_hook(run.module, ckpt)
                 run.extras[_LOADED] = (ckpt, source, None)
                 return None
             saved = check_loaded(ckpt, run.module, source)
@@ -460,6 +469,7 @@ def register(reg: Registry) -> None:
                     saved = check(saved, run_dir)
             except ValueError as exc:
                 raise CheckpointError(f"{source}: {exc}") from None
+            call_load_hook(run.module, ckpt)  # Lightning: before configure_optimizers (fit.start's optim.configure)
             run.extras[_LOADED] = (ckpt, source, saved)
             run.extras[RESUMED_KEY] = source
             load_callbacks(run, ckpt)  # Lightning restores callbacks with the module, before configure_optimizers

@@ -92,6 +92,14 @@ class TrainerConfig:
         v = self.fast_dev_run
         if not isinstance(v, bool | int) or (not isinstance(v, bool) and v < 0):
             raise _bad("fast_dev_run", v, "expected a bool or an int >= 0 (number of batches)")
+        if self.check_val_every_n_epoch is None and isinstance(self.val_check_interval, float):
+            raise _bad(
+                "val_check_interval",
+                self.val_check_interval,
+                "with check_val_every_n_epoch=None validation is counted in training batches across epochs, "
+                "so val_check_interval must be an int (every N batches), as in Lightning; "
+                "keep check_val_every_n_epoch=1 for a fraction of an epoch",
+            )
 
     @property
     def epochs(self) -> int | None:

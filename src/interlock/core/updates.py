@@ -128,12 +128,12 @@ class Change(Update):
 
 @attrs.frozen
 class BeginStage(Change):
-    """A stage starts: it runs, and no stop is pending."""
+    """A stage starts: it runs, no stop is pending, and the metrics are the new stage's (Lightning resets them)."""
 
     stage: str
 
     def changes(self, state: TrainerState) -> dict[str, Any]:
-        return {"stage": self.stage, "status": "running", "should_stop": False, "stop_reason": ""}
+        return {"stage": self.stage, "status": "running", "should_stop": False, "stop_reason": "", "metrics": {}}
 
 
 @attrs.frozen

@@ -96,8 +96,8 @@ def register(reg: Registry) -> None:
 
     @reg.guard("schedule.sanity_due")
     def sanity_due(run: Run, params: Mapping[str, Any]) -> Guard:
-        """There is validation data and num_sanity_val_steps is not 0."""
-        return lambda: "val" in run.feeds and run.config.sanity_steps != 0
+        """There is validation data, num_sanity_val_steps is not 0 and limit_val_batches is not 0 (Lightning)."""
+        return lambda: "val" in run.feeds and run.config.sanity_steps != 0 and run.config.limit("val") != 0
 
     @reg.guard("schedule.val_due")
     def val_due(run: Run, params: Mapping[str, Any]) -> Guard:
