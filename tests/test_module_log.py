@@ -204,7 +204,7 @@ batches = st.lists(st.tuples(st.floats(-1e3, 1e3), st.integers(1, 64)), min_size
 @settings(max_examples=60, deadline=None)
 @given(batches=batches, how=st.sampled_from(["mean", "sum", "max", "min"]))
 def test_epoch_reduction_matches_the_definition(batches: list[tuple[float, int]], how: str) -> None:
-    """Folding logged values step by step gives the weighted mean / sum / max / min over the epoch."""
+    """Folding logged values step by step gives the weighted mean / sum / max / min, to float32 (Lightning's)."""
     state = TrainerState()
     m = TinyModule()
     for value, n in batches:
@@ -221,7 +221,8 @@ def test_epoch_reduction_matches_the_definition(batches: list[tuple[float, int]]
         "max": max(xs),
         "min": min(xs),
     }[how]
-    assert math.isclose(got, expected, rel_tol=1e-9, abs_tol=1e-9)
+    scale = max(1.0, sum(abs(v) * n for v, n in batches))  # float32 sums round relative to their terms
+    assert math.isclose(got, expected, rel_tol=1e-6, abs_tol=2e-6 * scale)
     cleared = state.replace(**AddLogged(clear="train").changes(state))
     assert not cleared.logged
 

@@ -117,3 +117,163 @@ def test_a_fraction_interval_counted_across_epochs_is_refused_as_lightning() -> 
         pl.Trainer(val_check_interval=0.5, check_val_every_n_epoch=None)
     with pytest.raises(ValueError, match=r"val_check_interval=0\.5.*must be an int.*check_val_every_n_epoch=1"):
         interlock.Trainer(val_check_interval=0.5, check_val_every_n_epoch=None)
+
+
+class _Fails:
+    """Raises in the third training step; records the hooks a failure runs."""
+
+    seen: list[str]
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        if batch_idx == 2:
+            raise ValueError("boom")
+        return super().training_step(batch, batch_idx)  # type: ignore[misc,no-any-return]
+
+    def on_fit_end(self) -> None:
+        self.seen.append("on_fit_end")
+
+    def on_train_end(self) -> None:
+        self.seen.append("on_train_end")
+
+    def teardown(self, stage: str) -> None:
+        self.seen.append("teardown")
+
+
+class LitFails(_Fails, Lit):
+    pass
+
+
+class PortFails(_Fails, Port):
+    pass
+
+
+def _datamodule(base: type, seen: list[str]) -> Any:
+    class Data(base):  # type: ignore[misc,valid-type]
+        def train_dataloader(self) -> Any:
+            return loader(64, 16)
+
+        def teardown(self, stage: str) -> None:
+            seen.append("data.teardown")
+
+        def on_exception(self, exception: BaseException) -> None:
+            seen.append(f"data.on_exception:{exception}")
+
+    return Data()
+
+
+def test_a_failed_fit_runs_no_teardown_hooks_and_tells_the_datamodule_as_lightning(tmp_path: Path) -> None:
+    """A fit failing in training_step calls the data module's on_exception, not teardown or on_fit_end."""
+    lit, port = LitFails(), PortFails()
+    with warnings.catch_warnings(), pytest.raises(ValueError, match="boom"):
+        warnings.simplefilter("ignore")
+        lit_trainer = _lit(tmp_path / "pl", enable_checkpointing=False)
+        lit_trainer.fit(lit, datamodule=_datamodule(pl.LightningDataModule, lit.seen))
+    with pytest.raises(ValueError, match="boom"):
+        _ours(tmp_path / "il").fit(port, datamodule=_datamodule(interlock.DataModule, port.seen))
+    assert lit.seen == ["setup:fit", "configure_optimizers", "data.on_exception:boom"]
+    assert [s for s in port.seen if s != "configure_optimizers"] == ["setup:fit", "data.on_exception:boom"]
+
+
+def test_a_fit_that_ends_well_tears_down_module_and_data(tmp_path: Path) -> None:
+    """After a fit that ends well teardown runs, on the module and on the data module, as in Lightning."""
+    port = Port()
+    seen = port.seen
+    _ours(tmp_path).fit(port, datamodule=_datamodule(interlock.DataModule, seen))
+    lit = Lit()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lit_trainer = _lit(tmp_path / "pl", enable_checkpointing=False)
+        lit_trainer.fit(lit, datamodule=_datamodule(pl.LightningDataModule, lit.seen))
+    assert seen[-1:] == lit.seen[-1:] == ["data.teardown"]
+
+
+class _EpochEndFails(Port):
+    def on_train_epoch_end(self) -> None:
+        raise ValueError("epoch end")
+
+
+class _Where(interlock.Listener):
+    key = "Where"
+
+    def __init__(self) -> None:
+        self.where: list[Any] = []
+
+    @interlock.listen("teardown")
+    def seen(self, event: Any, state: Any) -> None:
+        self.where.append(event.payload["where"])
+
+
+def test_a_failure_on_a_transition_is_reported_on_that_transition(tmp_path: Path) -> None:
+    """A hook raising on an edge's do: is named with that edge in the note and the teardown payload's where."""
+    where = _Where()
+    trainer = interlock.Trainer(default_root_dir=tmp_path, max_epochs=1, enable_progress_bar=False, listeners=[where])
+    with pytest.raises(ValueError, match="epoch end") as info:
+        trainer.fit(_EpochEndFails(), loader(32, 16))
+    edge = "fit.train.batch.end -> fit.train.epoch_end [epoch_end] do module.on_train_epoch_end"
+    assert f"the run failed in transition {edge!r}" in "".join(info.value.__notes__)
+    assert where.where == [edge]
+
+
+def test_a_failure_in_a_state_names_the_state(tmp_path: Path) -> None:
+    """An entry action raising (training_step) is reported in its state, in the note and the payload."""
+    where = _Where()
+    trainer = interlock.Trainer(default_root_dir=tmp_path, max_epochs=1, enable_progress_bar=False, listeners=[where])
+    with pytest.raises(ValueError, match="boom") as info:
+        trainer.fit(PortFails(), loader(64, 16))
+    assert "the run failed in state 'fit.train.batch.step'" in "".join(info.value.__notes__)
+    assert where.where == ["fit.train.batch.step"]
+
+
+class _BatchEnd:
+    """on_train_batch_end counts its calls and shrinks the weights (so a lost or repeated call shows)."""
+
+    net: torch.nn.Module
+    batch_ends = 0
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self.batch_ends += 1
+        with torch.no_grad():
+            self.net.weight.mul_(0.9)
+
+
+class LitBatchEnd(_BatchEnd, Lit):
+    pass
+
+
+class PortBatchEnd(_BatchEnd, Port):
+    pass
+
+
+def test_resuming_after_a_batch_does_not_run_its_batch_end_hook_again(tmp_path: Path) -> None:
+    """A fit resumed from a mid-epoch save runs on_train_batch_end as often as Lightning, and trains exactly."""
+    every3 = {"every_n_train_steps": 3, "save_top_k": -1}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mc = pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "pl", **every3)
+        _lit(tmp_path / "pl", max_steps=3, callbacks=[mc]).fit(LitBatchEnd(), loader(64, 16))
+        lit = LitBatchEnd()
+        _lit(tmp_path / "pl", max_epochs=2, enable_checkpointing=False).fit(
+            lit, loader(64, 16), ckpt_path=next((tmp_path / "pl").glob("*.ckpt"))
+        )
+    _ours(tmp_path / "il", max_steps=3, listeners=[ModelCheckpoint(**every3)]).fit(PortBatchEnd(), loader(64, 16))
+    port, whole = PortBatchEnd(), PortBatchEnd()
+    saved = next((tmp_path / "il").glob("**/checkpoints/*step=3*.ckpt"))
+    _ours(tmp_path / "il", max_epochs=2).fit(port, loader(64, 16), ckpt_path=saved)
+    _ours(tmp_path / "whole", max_epochs=2).fit(whole, loader(64, 16))
+    assert lit.batch_ends == 5  # batch 3 of epoch 0, then the 4 of epoch 1
+    assert port.batch_ends == lit.batch_ends
+    assert all(torch.equal(a, b) for a, b in zip(port.state_dict().values(), whole.state_dict().values(), strict=True))
+
+
+@pytest.mark.parametrize("case_id", ["log-on-epoch-uneven", "epochs-2-uneven-batches", "log-dict"])
+def test_epoch_means_equal_lightnings_bitwise(case_id: str, tmp_path: Path) -> None:
+    """Epoch means (logged and returned, uneven batches) equal Lightning's float32 means exactly, not to a tolerance."""
+    from parity.matrix import CASES
+    from parity.run import run_interlock, run_lightning
+
+    case = next(c for c in CASES if c.id == case_id)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lit, port = run_lightning(case, tmp_path), run_interlock(case, tmp_path)
+    assert lit.epoch_metrics and port.epoch_metrics == lit.epoch_metrics
+    assert port.metrics == lit.metrics

@@ -307,14 +307,15 @@ def test_every_declared_transition_is_an_edge_with_its_guard_and_actions(chart: 
 
 
 def test_states_show_their_entry_and_exit_actions(chart: Chart) -> None:
-    """Leaves list `entry / ...` (and `exit / ...`) under their name; compound states in their title."""
+    """Leaves list `entry once / ...`, `entry / ...`, `exit / ...` under their name; compound states in the title."""
     ids = state_ids(chart)
     text, dot = to_mermaid(chart), to_dot(chart)
     assert "                fit__train__batch__fetch : entry / data.fetch\n" in text
     assert 'state "batch<br>entry / data.reenter, module.train" as fit__train__batch {' in text
     assert 'state "val<br>entry / data.reenter, eval.open<br>exit / eval.close" as fit__train__val {' in text
     assert _dot_node_text(dot, "fit__train__batch__fetch") == "fetch\nentry / data.fetch"
-    assert _dot_node_text(dot, "fit__train__batch__end") == "end\nentry / module.on_train_batch_end,\nsignals.vote"
+    end = "end\nentry once / module.on_train_batch_end\nentry / signals.vote"
+    assert _dot_node_text(dot, "fit__train__batch__end") == end
     assert (
         _dot_cluster_text(dot, "fit__sanity")
         == "sanity\nentry / rng.isolate,\ncallbacks.on_sanity_check_start, eval.open\nexit / eval.close,\n"
@@ -366,9 +367,8 @@ def test_traced_fit_highlights_visits_and_counts(chart: Chart, fit_run: Path) ->
     """Visited states are filled with counts, taken edges bold with counts, the end state final."""
     trace = read_trace(fit_run)
     dot = to_dot(chart, trace)
-    assert (
-        _dot_node_text(dot, "fit__train__batch__end") == f"end {X}6\nentry / module.on_train_batch_end,\nsignals.vote"
-    )
+    end = f"end {X}6\nentry once / module.on_train_batch_end\nentry / signals.vote"
+    assert _dot_node_text(dot, "fit__train__batch__end") == end
     assert _dot_node_text(dot, "finished") == f"finished {X}1\n(final)"
     assert re.search(r'"finished" \[[^\]]*peripheries=2', dot)
     assert re.search(r'"fit__train__batch__end" \[[^\]]*fillcolor="#d8f0d8"', dot)
@@ -468,7 +468,7 @@ def test_traced_preemption_marks_where_the_run_stopped(chart: Chart, preempted_r
     trace = read_trace(preempted_run)
     dot = to_dot(chart, trace)
     assert _dot_node_text(dot, "fit__train__batch__end") == (
-        f"end {X}1\nentry / module.on_train_batch_end,\nsignals.vote\n(stopped here: preempt)"
+        f"end {X}1\nentry once / module.on_train_batch_end\nentry / signals.vote\n(stopped here: preempt)"
     )
     assert re.search(r'"fit__train__batch__end" \[[^\]]*fillcolor="#ffe0b2", color="#e65100"', dot)
     assert _dot_edge_label(dot, "fit__train__batch__end", "teardown") == (

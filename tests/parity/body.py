@@ -65,6 +65,7 @@ class Body:
     spec: ModuleSpec
     net: torch.nn.Sequential
     calls: Counter[str]
+    spec_fetches: bool
     hook_log: list[str]
 
     def _build(self, spec: ModuleSpec) -> None:
@@ -73,12 +74,15 @@ class Body:
         self.net.load_state_dict(initial_weights(spec))
         self.calls = Counter()
         self.hook_log = []
+        self.spec_fetches = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)  # type: ignore[no-any-return]
 
     def _scores(self, batch: Any, counter: str) -> tuple[torch.Tensor, torch.Tensor]:
         self.calls[counter] += 1
+        if counter == "training_step" and self.spec_fetches:
+            FETCHES.append(f"step {self.calls[counter] - 1}")
         x, y = batch
         out = self.forward(x)
         return torch.nn.functional.cross_entropy(out, y), (out.argmax(1) == y).float().mean()
@@ -211,6 +215,36 @@ CallbackRecorder = type(
 )
 
 
+#: what the training set served and the steps taken, in order (DataSpec.log_fetches); each run clears it
+FETCHES: list[str] = []
+
+
+class LoggedSet(TensorDataset):
+    """A TensorDataset that records the first sample of each batch it serves (the side effect of a fetch)."""
+
+    def __init__(self, base: TensorDataset, batch_size: int) -> None:
+        super().__init__(*base.tensors)
+        self.batch_size = batch_size
+
+    def __getitem__(self, index: int) -> Any:
+        if index % self.batch_size == 0:
+            FETCHES.append(f"fetch {index // self.batch_size}")
+        return super().__getitem__(index)
+
+
+class LoggedStream(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+    """The same samples as an IterableDataset (no length), recording each batch it starts to serve."""
+
+    def __init__(self, base: TensorDataset, batch_size: int) -> None:
+        self.base, self.batch_size = base, batch_size
+
+    def __iter__(self) -> Any:
+        for index in range(len(self.base)):
+            if index % self.batch_size == 0:
+                FETCHES.append(f"fetch {index // self.batch_size}")
+            yield self.base[index]
+
+
 def dataset(n: int, seed: int) -> TensorDataset:
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, 4, generator=g)
@@ -220,9 +254,12 @@ def dataset(n: int, seed: int) -> TensorDataset:
 def loaders(data: DataSpec) -> dict[str, Any]:
     """Fresh loaders (one set per framework): train, val (None, one, or a list), test, predict."""
 
-    def make(n: int, seed: int, shuffle: bool = False) -> DataLoader[Any]:
+    def make(n: int, seed: int, shuffle: bool = False, logged: bool = False) -> DataLoader[Any]:
         gen = torch.Generator().manual_seed(7) if shuffle else None
-        return DataLoader(dataset(n, seed), batch_size=data.batch_size, shuffle=shuffle, generator=gen)
+        ds: Any = dataset(n, seed)
+        if logged:
+            ds = (LoggedStream if data.iterable else LoggedSet)(ds, data.batch_size)
+        return DataLoader(ds, batch_size=data.batch_size, shuffle=shuffle, generator=gen)
 
     val: Any = None
     if data.val_loaders == 1:
@@ -230,7 +267,7 @@ def loaders(data: DataSpec) -> dict[str, Any]:
     elif data.val_loaders > 1:
         val = [make(data.n_val + 16 * i, 1 + i) for i in range(data.val_loaders)]
     return {
-        "train": make(data.n_train, 0, data.shuffle),
+        "train": make(data.n_train, 0, data.shuffle, data.log_fetches),
         "val": val,
         "test": make(data.n_test, 2) if data.val_loaders <= 1 else [make(data.n_test, 2), make(data.n_test, 3)],
         "predict": make(data.n_test, 2),

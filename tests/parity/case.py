@@ -38,6 +38,8 @@ class DataSpec:
     shuffle: bool = False
     val_loaders: int = 1  # 0: no validation data; 2+: several loaders
     datamodule: bool = False
+    log_fetches: bool = False  # the training set records each batch it serves, between the training steps
+    iterable: bool = False  # with log_fetches: the training set is an IterableDataset (a loader without a length)
 
 
 @dataclass(frozen=True)

@@ -17,16 +17,23 @@ AUTOMATIC_OPTIMIZERS = (
     "in automatic optimization interlock steps every optimizer configure_optimizers returns on the step's loss; "
     "Lightning 2.x raises and asks for manual optimization"
 )
+FETCH_WHEN_NEEDED = (
+    "from a loader without a length (an IterableDataset) interlock fetches a training batch when its step is next; "
+    "Lightning prefetches one batch ahead to know the last batch early, so the iterator's side effects land one step "
+    "earlier there (sized loaders: no prefetch in either); interlock's saved data position is then the batches "
+    "trained, so a resume restarts the stream exactly where training stopped"
+)
+LAST_AT_EVERY_SAVE = (
+    "last.ckpt is the newest resumable point: ModelCheckpoint(save_last=True) writes it at every save point "
+    "(each epoch end, each every_n_train_steps), so ckpt_path='last' and a preempted run resume from the latest state; "
+    "Lightning writes it only alongside a top-k save, so it can lag behind the run (and a callback's "
+    "on_save_checkpoint runs at fewer points there)"
+)
 EARLY_ERROR = (
     "a bad training-data setting (a batch fraction rounding to 0, val_check_interval longer than the epoch) "
     "raises at set-up, before the sanity check; Lightning raises the same after running the sanity check"
 )
 # known differences of the callback hook order (issue 20), each fixed on the branch named
-EMPTY_SANITY = "issue 20 hook order: limit_val_batches=0 still runs an empty sanity check (branch order)"
-LAST_EVERY_SAVE = (
-    "issue 20 hook order: last.ckpt is written at every save point, so on_save_checkpoint runs where Lightning, "
-    "which writes it only with a top-k save, does not (branch order)"
-)
 STEP_MONITOR = (
     "issue 20 hook order: a step checkpoint monitoring a loss returned from training_step is not ranked before "
     "the epoch's end (the returned loss reaches the metrics there); Lightning's self.log has it each step, so "
@@ -76,6 +83,14 @@ CASES: list[Case] = [
         data=SHUFFLED,
     ),
     Case("epochs-2-uneven-batches", E2, data=DataSpec(n_train=60, n_val=30)),
+    Case("fetch-order", E2, data=DataSpec(log_fetches=True)),
+    Case(
+        "fetch-order-iterable",
+        E2,
+        data=DataSpec(log_fetches=True, iterable=True),
+        expected_difference=FETCH_WHEN_NEEDED,
+        differs=("fetches",),
+    ),
     Case("max-steps-5", {"max_steps": 5}),
     Case("max-steps-3-in-epoch-1", {"max_epochs": 1, "max_steps": 3}),
     Case("max-steps-6-epochs-1", {"max_epochs": 1, "max_steps": 6}),
@@ -89,7 +104,7 @@ CASES: list[Case] = [
     Case("limit-val-0.1", {**E2, "limit_val_batches": 0.1}),
     Case("limit-val-1", {**E2, "limit_val_batches": 1}),
     Case("limit-val-0.5", {**E2, "limit_val_batches": 0.5}),
-    Case("limit-val-0", {**E2, "limit_val_batches": 0}, known_issue=EMPTY_SANITY),
+    Case("limit-val-0", {**E2, "limit_val_batches": 0}),
     Case("limit-test-1", {**E2, "limit_test_batches": 1}, calls=("fit", "test"), requires=("eval_returns_list",)),
     Case("limit-predict-1", {**E2, "limit_predict_batches": 1}, calls=("fit", "predict")),
     # -- accumulation and clipping ---------------------------------------------------------
@@ -172,7 +187,13 @@ CASES: list[Case] = [
         "ckpt-val-loss-top2-lr-high", E4, checkpoint={"monitor": "val_loss", "save_top_k": 2}, module=ModuleSpec(lr=2.0)
     ),
     Case("ckpt-top-all", E3, checkpoint={"monitor": "val_loss", "save_top_k": -1}),
-    Case("ckpt-top0-last", E3, checkpoint={"save_top_k": 0, "save_last": True}, known_issue=LAST_EVERY_SAVE),
+    Case(
+        "ckpt-top0-last",
+        E3,
+        checkpoint={"save_top_k": 0, "save_last": True},
+        expected_difference=LAST_AT_EVERY_SAVE,
+        differs=("callback_hooks",),
+    ),
     Case("ckpt-save-last", E3, checkpoint={"monitor": "val_loss", "save_last": True}),
     Case("ckpt-every-2-epochs", E4, checkpoint={"every_n_epochs": 2, "save_top_k": -1}),
     Case("ckpt-every-3-steps", E3, checkpoint={"every_n_train_steps": 3, "save_top_k": -1}),
@@ -196,6 +217,21 @@ CASES: list[Case] = [
         "ckpt-train-loss-check-val-every-2",
         {**E4, "check_val_every_n_epoch": 2},
         checkpoint={"monitor": "train_loss", "save_top_k": -1},
+    ),
+    Case(
+        "ckpt-every-2-epochs-save-last",
+        E3,
+        checkpoint={"every_n_epochs": 2, "save_top_k": -1, "save_last": True},
+        expected_difference=LAST_AT_EVERY_SAVE,
+        differs=("last_step",),
+    ),
+    Case(
+        "ckpt-val-loss-save-last-no-improvement",
+        {"max_epochs": 6},
+        checkpoint={"monitor": "val_loss", "save_last": True},
+        module=ModuleSpec(lr=5.0),
+        expected_difference=LAST_AT_EVERY_SAVE,
+        differs=("last_step",),
     ),
     Case("ckpt-max-steps-mid-epoch", {"max_steps": 6}, checkpoint={"save_last": True, "save_top_k": -1}),
     # -- EarlyStopping ---------------------------------------------------------------------

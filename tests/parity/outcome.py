@@ -24,10 +24,12 @@ class Outcome:
     last_metrics: dict[str, float] = field(default_factory=dict)  # after the last call (callback_metrics)
     checkpoints: tuple[str, ...] = ()
     best_model_path: str = ""
+    last_step: int | None = None  # the global step last.ckpt holds, when there is one
     stopped_epoch: int | None = None
     hooks: tuple[str, ...] = ()
     #: a recording callback's rows ("hook e<epoch> s<step> b<batch_idx>"), every hook Lightning calls on a callback
     callback_hooks: tuple[str, ...] = ()
+    fetches: tuple[str, ...] = ()  # "fetch i" / "step i" in the order they happened (DataSpec.log_fetches)
     validate: Any = None
     test: Any = None
     predict: torch.Tensor | None = None

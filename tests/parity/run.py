@@ -12,7 +12,7 @@ import torch
 
 import interlock
 from interlock.listeners import EarlyStopping, ModelCheckpoint
-from parity.body import CallbackRecorder, loaders
+from parity.body import FETCHES, CallbackRecorder, loaders
 from parity.case import Case
 from parity.outcome import Outcome
 from parity.port import PortData, port_module
@@ -93,6 +93,8 @@ def _lightning(
     hooks = type("LitCallbackRecorder", (CallbackRecorder, pl.Callback), {"rows": None})()
     hooks.rows = []
     model = lit_module(case.module)
+    model.spec_fetches = case.data.log_fetches
+    FETCHES.clear()
     callbacks: list[Any] = [recorder, hooks]
     es = mc = None
     if case.early_stopping is not None:
@@ -139,9 +141,12 @@ def _lightning(
         out.error = f"{type(exc).__name__}: {exc}"
     out.weights, out.calls, out.hooks = _weights(model.net), dict(model.calls), tuple(model.hook_log)
     out.epoch_metrics, out.callback_hooks = recorder.rows, tuple(hooks.rows)
+    out.fetches = tuple(FETCHES)
     if mc is not None:
         out.checkpoints = _files(tmp / "ckpt")
         out.best_model_path = Path(mc.best_model_path).name
+        last = tmp / "ckpt" / "last.ckpt"
+        out.last_step = int(torch.load(last, weights_only=False)["global_step"]) if last.is_file() else None
     if es is not None:
         out.stopped_epoch = es.stopped_epoch
     return out
@@ -188,6 +193,8 @@ def _interlock(
     hooks = type("PortCallbackRecorder", (CallbackRecorder, Callback), {"rows": None})()
     hooks.rows = []
     module = port_module(case.module)
+    module.spec_fetches = case.data.log_fetches
+    FETCHES.clear()
     listeners: list[Any] = [recorder, hooks]
     es = mc = None
     if case.early_stopping is not None:
@@ -230,8 +237,11 @@ def _interlock(
         out.error = f"{type(exc).__name__}: {exc}"
     out.weights, out.calls, out.hooks = _weights(module.net), dict(module.calls), tuple(module.hook_log)
     out.epoch_metrics, out.callback_hooks = recorder.rows, tuple(hooks.rows)
+    out.fetches = tuple(FETCHES)
     if t is not None and mc is not None:
         out.checkpoints = _files(tmp / "ckpt")
+        last = tmp / "ckpt" / "last.ckpt"
+        out.last_step = int(interlock.load_checkpoint(last)["global_step"]) if last.is_file() else None
         best = mc.best_model_path
         best = best(t.state) if callable(best) else best
         out.best_model_path = Path(best).name if best else ""

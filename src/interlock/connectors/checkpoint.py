@@ -51,7 +51,6 @@ from interlock.plugins.strategy import Strategy
 
 __all__ = [
     "CHECKPOINT_FORMAT",
-    "RESUMED_AT",
     "check_ckpt_path",
     "check_fits",
     "check_resumable",
@@ -315,8 +314,6 @@ def _say(run: Run, line: str) -> None:
 
 
 _LOADED = "interlock.checkpoint"
-#: the chart state a resumed fit continues in (``run.extras``), for hooks that ran before the save
-RESUMED_AT = "interlock.resumed_at"
 
 
 _EPOCH_END = "fit.train.epoch_end"
@@ -519,7 +516,6 @@ def register(reg: Registry) -> None:
                 run_dir=now.run_dir,
             )
             resume_at = run.chart.resume_point(saved.chart) if run.chart is not None else saved.chart
-            run.extras[RESUMED_AT] = resume_at
             why = nothing_to_train(saved, run.config, resume_at)
             _say(
                 run,

@@ -516,11 +516,16 @@ def register(reg: Registry) -> None:
 
     @reg.action("data.teardown")
     def teardown(run: Run, params: Mapping[str, Any]) -> Action:
-        """The data module's ``teardown(stage)``."""
+        """The data module's ``teardown(stage)``; after a failure its ``on_exception(exception)`` (Lightning)."""
 
         def act() -> None:
             dm = run.plan.datamodule
-            if dm is not None and run.stage and callable(getattr(dm, "teardown", None)):
+            if dm is None or not run.stage:
+                return
+            if run.error is not None:
+                if callable(getattr(dm, "on_exception", None)):
+                    dm.on_exception(run.error)
+            elif callable(getattr(dm, "teardown", None)):
                 dm.teardown(stage=run.stage)
 
         return act

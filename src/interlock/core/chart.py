@@ -38,6 +38,7 @@ _STATE_KEYS = {
     "on",
     "always",
     "entry",
+    "entry_once",
     "exit",
     "final",
     "checkpoint",
@@ -82,6 +83,7 @@ class StateSpec:
     always: tuple[TransitionSpec, ...] = ()
     entry: tuple[str, ...] = ()
     exit: tuple[str, ...] = ()
+    entry_once: tuple[str, ...] = ()
     final: bool = False
     checkpoint: bool = False
     params: Mapping[str, Any] = attrs.field(factory=dict)
@@ -127,6 +129,7 @@ class Leaf:
 
     path: str
     entry: tuple[ActionRef, ...]
+    entry_once: tuple[ActionRef, ...]
     always: tuple[Transition, ...]
     on: Mapping[str, Transition]
     payload: tuple[str, ...]
@@ -220,6 +223,7 @@ class Chart:
                 on={str(t): _resolve(str(dst), path) for t, dst in on.items()},
                 always=self._parse_always(spec.get("always"), path, errors),
                 entry=_names(spec.get("entry"), "entry", path, errors),
+                entry_once=_names(spec.get("entry_once"), "entry_once", path, errors),
                 exit=_names(spec.get("exit"), "exit", path, errors),
                 final=bool(spec.get("final", False)),
                 checkpoint=bool(spec.get("checkpoint", False)),
@@ -328,6 +332,7 @@ class Chart:
         return Leaf(
             path=leaf,
             entry=tuple(ActionRef(a, leaf) for a in spec.entry),
+            entry_once=tuple(ActionRef(a, leaf) for a in spec.entry_once),
             always=tuple(self._compile(leaf, leaf, t) for t in spec.always),
             on=on,
             payload=spec.payload,
@@ -344,13 +349,19 @@ class Chart:
                     f"state {leaf!r} has no 'always' transition and waits for no event: a run would stop "
                     "there; give it an 'always' list ending in a default, or make it final"
                 )
-            works = spec.entry or any(t.guard or t.actions for t in spec.always)
+            works = spec.entry or spec.entry_once or any(t.guard or t.actions for t in spec.always)
             missing = [e for e in ("fail", "interrupt") if e not in spec.on]
             if works and missing:
                 errors.append(
                     f"state {leaf!r} runs actions but has no {' or '.join(repr(m) for m in missing)} transition "
                     "(declare `on: {fail: ..., interrupt: ...}` on it or a state above it)"
                 )
+        errors += [
+            f"state {p!r} has entry_once but is not a checkpoint leaf state: use entry (entry_once runs before a save "
+            "waiting for the state, and not again when a run resumes in it)"
+            for p, s in self.states.items()
+            if s.entry_once and not (s.is_leaf and s.checkpoint)
+        ]
         reachable = self._reachable()
         errors += [f"state {s!r} is unreachable from {self.initial!r}" for s in self.leaves if s not in reachable]
         finals = self.final_states
@@ -452,7 +463,7 @@ class Chart:
         """Every action name the chart uses."""
         out: set[str] = set()
         for s in self.states.values():
-            out.update(s.entry, s.exit)
+            out.update(s.entry_once, s.entry, s.exit)
             for t in s.always:
                 out.update(t.do)
         return out
@@ -490,7 +501,7 @@ class Chart:
             raise ChartError(self.source, errors)
 
 
-_NO_LEAF = Leaf("", (), (), {}, (), False, False)
+_NO_LEAF = Leaf("", (), (), (), {}, (), False, False)
 
 
 class _ChartLoader(yaml.SafeLoader):

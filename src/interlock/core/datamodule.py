@@ -31,7 +31,8 @@ class DataModule:
 
     ``prepare_data`` runs once per machine (local rank 0) before the others; assign
     no state there. ``setup(stage)`` runs in every process with ``stage`` one of
-    ``"fit"``, ``"validate"``, ``"test"``, ``"predict"``; ``teardown(stage)`` after.
+    ``"fit"``, ``"validate"``, ``"test"``, ``"predict"``; ``teardown(stage)`` after, or
+    ``on_exception(exception)`` instead when the stage failed or was interrupted (Lightning's order).
     Set ``prepare_data_per_node = False`` to prepare once in all (global rank 0).
     """
 
@@ -44,7 +45,10 @@ class DataModule:
         """Build the datasets of ``stage`` (every process)."""
 
     def teardown(self, stage: str) -> None:
-        """Release what ``setup(stage)`` built."""
+        """Release what ``setup(stage)`` built (a stage that ended well)."""
+
+    def on_exception(self, exception: BaseException) -> None:
+        """The stage failed or was interrupted with ``exception`` (called instead of ``teardown``)."""
 
     def train_dataloader(self) -> Any:
         """The training loader."""

@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 import torch
 
+from interlock.core import reduce32
 from interlock.core.state import TrainerState
 from interlock.core.updates import Change, LogMetrics, Update
 
@@ -92,7 +93,7 @@ class AddLogged(Change):
             if how == "metric":
                 continue  # the metric object accumulates itself
             if how in {"mean", "sum"}:
-                value = value + new["value"]
+                value = reduce32.add(value, new["value"], bool(new.get("f64")))
             elif how == "max":
                 value = max(value, new["value"])
             else:
@@ -145,7 +146,11 @@ def take(logs: list[LogEntry], fx: str, loop: str, infer: Callable[[], int] | No
         if on_step and len(defaults) > 2:
             raise ValueError(f"self.log({e.name!r}, on_step=True) is not allowed in {fx}; it runs once an epoch")
         metric = is_metric(e.value)
-        value = (_step_value(e.name, e.value) if on_step else 0.0) if metric else _float(e.name, e.value)
+        f64 = isinstance(e.value, torch.Tensor) and e.value.dtype == torch.float64  # else float32, as Lightning
+        if metric:
+            value = _step_value(e.name, e.value) if on_step else 0.0
+        else:
+            value = reduce32.cast(_float(e.name, e.value), f64)
         if on_step:
             step_metrics[f"{e.name}_step" if on_epoch else e.name] = value
             if on_epoch:
@@ -173,8 +178,9 @@ def take(logs: list[LogEntry], fx: str, loop: str, infer: Callable[[], int] | No
             row = {
                 "name": f"{e.name}_epoch" if on_step else e.name,
                 "reduce": e.reduce,
-                "value": value * weight if e.reduce == "mean" else value,
+                "value": reduce32.mul(value, weight, f64) if e.reduce == "mean" else value,
                 "weight": weight,
+                "f64": f64,
                 "sync_dist": e.sync_dist,
                 "prog_bar": e.prog_bar,
                 "logger": e.logger,
@@ -210,7 +216,7 @@ def epoch_values(
                 continue
             value = computed[row["metric"]]
         elif row["reduce"] == "mean":
-            value = value / float(row["weight"]) if row["weight"] else 0.0
+            value = reduce32.div(value, float(row["weight"]), bool(row.get("f64")))
         values[name] = value
         if row["sync_dist"]:
             sync.add(name)

@@ -18,6 +18,7 @@ from typing import Any
 
 import attrs
 
+from interlock.core import reduce32
 from interlock.core.errors import ConflictingUpdates
 from interlock.core.state import TrainerState, freeze
 
@@ -172,16 +173,20 @@ class SetDataPosition(Change):
 
 @attrs.frozen
 class AddEvalSums(Change):
-    """Add batch-size-weighted sums to the running evaluation sums (``None``: reset them)."""
+    """Add batch-size-weighted sums to the running evaluation sums (``None``: reset them).
+
+    Sums add in float32 (``f64``: float64), as Lightning's epoch means accumulate.
+    """
 
     sums: Mapping[str, float] | None = None
+    f64: bool = False
 
     def changes(self, state: TrainerState) -> dict[str, Any]:
         if self.sums is None:
             return {"eval_sums": {}}
         sums = dict(state.eval_sums)
         for key, value in self.sums.items():
-            sums[key] = sums.get(key, 0.0) + value
+            sums[key] = reduce32.add(sums.get(key, 0.0), value, self.f64)
         return {"eval_sums": sums}
 
 

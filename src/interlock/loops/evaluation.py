@@ -28,6 +28,7 @@ import torch
 
 from interlock.connectors.data import Feed, feed_key, loader_count
 from interlock.connectors.metrics import batch_size, logged_values, scalars
+from interlock.core import reduce32
 from interlock.core.logging import AddLogged, take
 from interlock.core.module import takes_batch_idx
 from interlock.core.registry import Action, Guard, Registry
@@ -37,10 +38,15 @@ from interlock.core.updates import AddEvalSums, AppendHistory, LogMetrics, Updat
 __all__ = ["means", "register"]
 
 
-def means(sums: Mapping[str, float]) -> dict[str, float]:
-    """The weighted means of running sums (``__count__`` is the weight)."""
+def means(sums: Mapping[str, float], f64: bool = False) -> dict[str, float]:
+    """The weighted means of running sums (``__count__`` is the weight), in float32 unless ``f64``."""
     count = sums.get("__count__", 0.0)
-    return {k: v / count for k, v in sums.items() if k != "__count__"} if count else {}
+    return {k: reduce32.div(v, count, f64) for k, v in sums.items() if k != "__count__"} if count else {}
+
+
+def _f64(run: Run) -> bool:
+    """Whether the run's metrics accumulate in float64 (``precision="64-true"``, as Lightning's)."""
+    return bool(run.hardware.precision.param_dtype == torch.float64)
 
 
 def _limit(run: Run, params: Mapping[str, Any], feed: Feed) -> int | None:
@@ -232,8 +238,9 @@ def register(reg: Registry) -> None:
             values = scalars(outputs, prefix or "val")
             if not values:
                 return logged or None
-            n = batch_size(step.batch)
-            return [AddEvalSums({**{k: v * n for k, v in values.items()}, "__count__": float(n)}), *logged]
+            n, f64 = batch_size(step.batch), _f64(run)
+            sums = {k: reduce32.mul(v, n, f64) for k, v in values.items()}
+            return [AddEvalSums({**sums, "__count__": float(n)}, f64), *logged]
 
         return act
 
@@ -271,7 +278,7 @@ def register(reg: Registry) -> None:
         def act() -> list[Update]:
             if not prefix:
                 return [AddEvalSums(None), AddLogged(clear="eval")]
-            metrics = means(run.facts.eval_sums)
+            metrics = means(run.facts.eval_sums, _f64(run))
             reduce = run.dist.reduce_metrics if run.dist is not None else None
             if reduce is not None:
                 metrics = reduce(metrics)

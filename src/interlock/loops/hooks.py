@@ -16,7 +16,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from interlock.connectors import callbacks
-from interlock.connectors.checkpoint import RESUMED_AT
 from interlock.connectors.data import loader_count
 from interlock.connectors.metrics import batch_size
 from interlock.core.logging import take
@@ -124,7 +123,9 @@ def _bind_hook(run: Run, hook: str, args: Callable[[], tuple[Any, ...]], loop: s
             return [u for optimizer in run.optimizers for part in parts for u in part(optimizer)]
 
         return per_optimizer
-    if hook in ("setup", "teardown"):  # Lightning passes the stage by keyword
+    if hook == "teardown":  # by keyword, as Lightning; only for a stage that ended well (none after a failure)
+        return lambda: [] if run.error is not None else [u for part in parts for u in part(stage=run.stage)]
+    if hook == "setup":  # Lightning passes the stage by keyword
         return lambda: [u for part in parts for u in part(stage=run.stage)]
     if len(parts) == 1:
         only = parts[0]
@@ -160,8 +161,6 @@ def register(reg: Registry) -> None:
             if hook == "on_before_zero_grad" and run.config.accumulate_grad_batches > 1:
                 every, step, inner = run.config.accumulate_grad_batches, run.step, action
                 return lambda: inner() if step.index % every == 0 else None
-            if hook == "on_train_batch_end":  # a fit resumed at a batch's end: it ran before the save (Lightning)
-                return _not_again(run, action)
             if hook == "on_train_end" and run.callbacks:  # the view's current_epoch counts the last epoch as done
                 extras, inner = run.extras, action
 
@@ -272,18 +271,6 @@ def register(reg: Registry) -> None:
                 module.attach(view)
 
         return act
-
-
-def _not_again(run: Run, action: Action) -> Action:
-    """``action``, skipped once when the fit resumed in the state it runs in (it ran before the save)."""
-    extras = run.extras
-
-    def once() -> Any:
-        if extras.pop(RESUMED_AT, None) == "fit.train.batch.end":
-            return None
-        return action()
-
-    return once
 
 
 def _manual_hooks(run: Run, backward: Callable[..., Any], step: Callable[..., Any]) -> tuple[Any, Any]:

@@ -6,8 +6,10 @@ then takes the first ``always`` transition whose guard holds, running the
 transition's actions on the way (exits, ``do``, entries of compound states). It
 stops in a state that waits for an event from outside (a final state). An
 exception from any action or handler sends ``fail`` (``interrupt`` for Ctrl-C or
-preemption) from the state it happened in; the stage then ends through the
-chart's teardown and the exception is raised with a note naming that state.
+preemption) from the state the chart is in; the stage then ends through the
+chart's teardown and the exception is raised with a note naming where it was
+raised: the state whose entry action or event handler raised, or the transition
+whose action did (``a -> b [trigger] do action``, ``... entry of c: action``).
 
 Every update (from actions, guards' owners, handlers) goes through
 :meth:`Runtime.apply`: merged, reduced into the state, effects to the handlers
@@ -56,11 +58,12 @@ _Apply = Callable[[Any], None]
 class _Node:
     """A leaf, bound to one stage's run."""
 
-    __slots__ = ("always", "capture", "checkpoint", "entry", "keys", "later", "on", "path", "signal")
+    __slots__ = ("always", "capture", "checkpoint", "entry", "keys", "later", "on", "once", "path", "signal")
 
     def __init__(self, path: str, signal: Any, checkpoint: bool) -> None:
         self.path, self.signal, self.checkpoint = path, signal, checkpoint
         self.entry: tuple[Callable[[], Any], ...] = ()
+        self.once: tuple[Callable[[], Any], ...] = ()  # entry_once: after the event, before a save here
         self.always: tuple[_Edge, ...] = ()
         self.on: dict[str, _Edge] = {}
         self.keys: tuple[str, ...] = ()
@@ -71,7 +74,7 @@ class _Node:
 class _Edge:
     """A transition, bound: its guard and actions as callables, its counter change, its target node."""
 
-    __slots__ = ("actions", "dest", "enters", "guard", "guard_name", "ops", "trigger")
+    __slots__ = ("actions", "dest", "enters", "guard", "guard_name", "names", "ops", "source", "trigger")
 
     def __init__(self, trigger: str, guard_name: str | None) -> None:
         self.trigger, self.guard_name = trigger, guard_name
@@ -80,6 +83,12 @@ class _Edge:
         self.enters: tuple[Callable[[], Any], ...] = ()
         self.ops: Callable[[Counters], None] | None = None
         self.dest: _Node
+        self.source = ""
+        self.names: dict[int, str] = {}  # id of a bound action -> how a failure names it
+
+    def where(self, action: Callable[[], Any]) -> str:
+        """The transition and its action that raised, e.g. ``a -> b [epoch_end] do module.on_train_epoch_end``."""
+        return f"{self.source} -> {self.dest.path} [{self.trigger}] {self.names.get(id(action), 'action')}"
 
 
 class Runtime:
@@ -105,6 +114,8 @@ class Runtime:
         self._jump: str | None = None
         self._deferred: tuple[Update, ...] = ()
         self._error: tuple[BaseException, str] | None = None
+        self._where: str | None = None  # set when a transition's action raised: where it was
+        self._holding = False  # a state's entry_once actions are running: saves wait for them
         if state is not None:
             self.restore(state)
 
@@ -163,7 +174,8 @@ class Runtime:
             exc, where = self._error
             if not isinstance(exc, KeyboardInterrupt):
                 verb = "was interrupted" if isinstance(exc, Preempted) else "failed"
-                add_note(exc, f"interlock: the run {verb} in state {where!r}")
+                place = f"transition {where!r}" if " -> " in where else f"state {where!r}"
+                add_note(exc, f"interlock: the run {verb} in {place}")
             raise exc
 
     def _interpret(self, edge: _Edge) -> None:
@@ -197,17 +209,27 @@ class Runtime:
 
     def _take(self, edge: _Edge) -> _Node:
         """Run the transition's actions, count, enter the compound states on the way, move, emit the event."""
-        for action in edge.actions:
-            out = action()
-            if out is not None:
-                self._apply_result(out)
+        if edge.actions:
+            try:
+                for action in edge.actions:
+                    out = action()
+                    if out is not None:
+                        self._apply_result(out)
+            except BaseException:
+                self._where = edge.where(action)
+                raise
         if edge.ops is not None:
             edge.ops(self.counters)
             self._snapshot = None
-        for action in edge.enters:
-            out = action()
-            if out is not None:
-                self._apply_result(out)
+        if edge.enters:
+            try:
+                for action in edge.enters:
+                    out = action()
+                    if out is not None:
+                        self._apply_result(out)
+            except BaseException:
+                self._where = edge.where(action)
+                raise
         node = edge.dest
         dest = node.path
         source, self._at = self._at, dest
@@ -217,6 +239,8 @@ class Runtime:
             c = self.counters
             for observe in self._observers:
                 observe(dest, edge.trigger, source, count, c.epoch, c.global_step, c.batch_idx)
+        if node.once:
+            self._holding = True
         if node.signal.receivers:
             c = self.counters
             payload_ref: Any = None
@@ -234,6 +258,12 @@ class Runtime:
                 edge.guard_name or "",
             )
             self.apply_all(self.bus.send(event, self._state_ref))
+        if node.once:
+            self._holding = False
+            for action in node.once:
+                out = action()
+                if out is not None:
+                    self._apply_result(out)
         if self._pending_saves and node.checkpoint:
             self._flush_saves()
         return node
@@ -243,7 +273,7 @@ class Runtime:
 
     def _record(self, exc: BaseException) -> bool:
         """Make ``exc`` the outcome of the stage (the first one wins); return whether it is an interruption."""
-        where = self._at
+        where, self._where = self._where or self._at, None
         if self._error is None:
             self._error = (exc, where)
             if self._run is not None:
@@ -257,13 +287,13 @@ class Runtime:
     def _fail(self, exc: BaseException) -> _Node | None:
         """Record ``exc`` and take the ``fail``/``interrupt`` transition of the current state."""
         interrupted = self._record(exc)
-        self._jump, self._deferred = None, ()
+        self._jump, self._deferred, self._holding = None, (), False
         edge = self._nodes[self._at].on.get("interrupt" if interrupted else "fail")
         if edge is None:
             raise exc
         assert self._error is not None
         safe = _Edge(edge.trigger, None)
-        safe.dest, safe.ops = edge.dest, edge.ops
+        safe.dest, safe.ops, safe.source = edge.dest, edge.ops, edge.source
         safe.actions = tuple(_quiet(a, self._error[0]) for a in edge.actions)
         safe.enters = tuple(_quiet(a, self._error[0]) for a in edge.enters)
         try:
@@ -299,6 +329,12 @@ class Runtime:
             e.guard = guard(t.guard, t.source) if t.guard is not None else None
             e.actions = tuple(f for f in (action(a) for a in t.actions) if f is not NOOP)
             e.enters = tuple(f for f in (action(a) for a in t.enters) if f is not NOOP)
+            e.source = t.source
+            e.names = {
+                id(action(a)): (f"exit of {a.where}: " if a.name in chart.states[a.where].exit else "do ") + a.name
+                for a in t.actions
+            }
+            e.names.update({id(action(a)): f"entry of {a.where}: {a.name}" for a in t.enters})
             e.ops = compose(t.count)
             e.dest = nodes[t.dest]
             return e
@@ -306,6 +342,7 @@ class Runtime:
         for leaf, spec in chart.leaf_specs.items():
             node = nodes[leaf]
             node.entry = tuple(f for f in (action(a) for a in spec.entry) if f is not NOOP)
+            node.once = tuple(f for f in (action(a) for a in spec.entry_once) if f is not NOOP)
             node.always = tuple(edge(t) for t in spec.always)
             node.on = {k: edge(t) for k, t in spec.on.items()}
             node.keys = spec.payload
@@ -321,7 +358,7 @@ class Runtime:
         wrappers alive until a collection, or until interpreter exit.
         """
         for node in self._nodes.values():
-            node.entry, node.always, node.on, node.capture = (), (), {}, ()
+            node.entry, node.once, node.always, node.on, node.capture = (), (), (), {}, ()
         self._run, self._effects, self._nodes = None, {}, {}
 
     def _do_jump(self) -> _Node:
@@ -366,7 +403,7 @@ class Runtime:
         else:
             for effect in merged.effects:
                 self._apply_effect(effect)
-        if self._pending_saves and self._at in self._checkpointable:
+        if self._pending_saves and self._at in self._checkpointable and not self._holding:
             self._flush_saves()
 
     def _apply_state(self, merged: Merged) -> None:

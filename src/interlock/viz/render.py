@@ -123,9 +123,9 @@ def _times(n: int) -> str:
 
 
 def _action_lines(spec: StateSpec, width: int = _ACTIONS_WIDTH) -> list[str]:
-    """``entry / a, b`` and ``exit / c`` of a state, wrapped at spaces (empty: it runs no actions)."""
+    """``entry once / a``, ``entry / a, b`` and ``exit / c`` of a state, wrapped at spaces (empty: no actions)."""
     lines: list[str] = []
-    for kind, names in (("entry", spec.entry), ("exit", spec.exit)):
+    for kind, names in (("entry once", spec.entry_once), ("entry", spec.entry), ("exit", spec.exit)):
         if names:
             text = f"{kind} / {', '.join(names)}"
             lines += textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False)
