@@ -466,7 +466,7 @@ def register(reg: Registry) -> None:
                     saved = check(saved, run_dir)
             except ValueError as exc:
                 raise CheckpointError(f"{source}: {exc}") from None
-            call_load_hook(run.module, ckpt)  # Lightning: before configure_optimizers (fit.start's optim.configure)
+            call_load_hook(run.module, ckpt)  # Lightning: before configure_optimizers (fit's optim.configure)
             run.extras[_LOADED] = (ckpt, source, saved)
             run.extras[RESUMED_KEY] = source
             load_callbacks(run, ckpt)  # Lightning restores callbacks with the module, before configure_optimizers
