@@ -182,10 +182,19 @@ def _interlock(
     default: bool,
     view: bool = False,
     fast: bool = False,
+    adapter: bool = False,
 ) -> None:
     import interlock
 
-    class Net(interlock.Module):
+    if adapter:  # the same module and trainer written against Lightning's names (interlock.lightning)
+        import interlock.lightning as lit
+
+        base: Any = lit.LightningModule
+        make_trainer: Any = lit.Trainer
+    else:
+        base, make_trainer = interlock.Module, interlock.Trainer
+
+    class Net(base):  # type: ignore[misc,valid-type]
         def __init__(self) -> None:
             super().__init__()
             self.net = make_net()
@@ -206,7 +215,7 @@ def _interlock(
         port = _free_port()
         listeners = [LiveView(port=port)]
         watcher = _follow(f"http://127.0.0.1:{port}/api/stream?run=version_0")
-    trainer = interlock.Trainer(
+    trainer = make_trainer(
         max_epochs=10**6,
         max_steps=max_steps,
         **({"listeners": listeners} if default else {**BARE, "listeners": listeners}),
@@ -324,6 +333,7 @@ def _no_probe(step: int) -> None:
 _FRAMEWORK = {
     "interlock_bare": "interlock",
     "interlock_fast": "interlock",
+    "interlock_lightning": "interlock.lightning",
     "interlock_default": "interlock.listeners",
     "interlock_view": "interlock.view",
     "lightning": "pytorch_lightning",
@@ -376,6 +386,8 @@ def run_steps(spec: dict[str, Any]) -> dict[str, Any]:
             _prebatched(ds, batch, clock, max_steps)
         elif variant == "interlock_fast":
             _interlock(ds, batch, clock, max_steps, probe_fn, every, default=False, fast=True)
+        elif variant == "interlock_lightning":
+            _interlock(ds, batch, clock, max_steps, probe_fn, every, default=False, adapter=True)
         elif variant in ("interlock_bare", "interlock_default", "interlock_view"):
             _interlock(
                 ds,
@@ -425,6 +437,8 @@ def run_steps_same_process(spec: dict[str, Any]) -> dict[str, Any]:
                 _prebatched(ds, batch, clock, max_steps)
             elif variant == "interlock_fast":
                 _interlock(ds, batch, clock, max_steps, _no_probe, None, default=False, fast=True)
+            elif variant == "interlock_lightning":
+                _interlock(ds, batch, clock, max_steps, _no_probe, None, default=False, adapter=True)
             elif variant in ("interlock_bare", "interlock_default", "interlock_view"):
                 default, view = variant != "interlock_bare", variant == "interlock_view"
                 _interlock(ds, batch, clock, max_steps, _no_probe, None, default=default, view=view)

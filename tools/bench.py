@@ -39,6 +39,7 @@ STEP_VARIANTS = (
     "prebatched",
     "interlock_bare",
     "interlock_fast",
+    "interlock_lightning",
     "interlock_default",
     "interlock_view",
     "lightning",
@@ -69,6 +70,7 @@ TARGETS = {
     "epoch_growth_ratio": 1.2,
     # the step cost as a ratio to the plain loop, measured side by side in one process
     "interlock_bare_ratio": 1.03,
+    "interlock_lightning_ratio": 1.03,  # the same module through interlock.lightning: the adapter costs nothing a step
     "interlock_default_ratio": 1.06,
     "interlock_view_ratio": 1.08,
     # the long run with every default listener on: per-epoch cost and checkpoint bytes late/early,
@@ -200,7 +202,10 @@ def median_of(runs: Sequence[dict[str, Any]], key: str) -> float | None:
 
 
 #: Variants that can share a process (no third-party framework imported).
-SAME_PROCESS = ("plain", "prebatched", "interlock_bare", "interlock_fast", "interlock_default", "interlock_view")
+SAME_PROCESS = (
+    "plain", "prebatched", "interlock_bare", "interlock_fast", "interlock_lightning", "interlock_default",
+    "interlock_view",
+)  # fmt: skip
 
 
 def steps_same_process(
