@@ -144,6 +144,31 @@ def test_every_n_train_steps_counts_optimizer_steps(tmp_path: Path) -> None:
     assert files(tmp_path) == ["step=2.ckpt", "step=4.ckpt"]
 
 
+class StepScores(TinyModule):
+    """Training step i (from 0) returns ``scores[i]`` as ``score`` beside its loss."""
+
+    def __init__(self, scores: list[float]) -> None:
+        super().__init__()
+        self.scores = scores
+
+    def training_step(self, batch: Any, batch_idx: int) -> dict[str, torch.Tensor]:  # type: ignore[override]
+        return {"loss": super().training_step(batch, batch_idx), "score": torch.tensor(self.scores[batch_idx])}
+
+
+@pytest.mark.parametrize("mode", ["min", "max"])
+def test_step_saves_rank_on_the_scalars_that_step_returned(tmp_path: Path, mode: str) -> None:
+    """A step save point ranks and names its file by that step's returned scalars (Lightning's step log)."""
+    scores = [5.0, 3.0, 8.0, 1.0, 7.0, 2.0, 9.0, 6.0]
+    mc = ModelCheckpoint(
+        every_n_train_steps=1, monitor="train_score", mode=mode, save_top_k=2, filename="{step}-{train_score:.0f}"
+    )
+    trainer = fit(tmp_path, mc, StepScores(scores), val=False)
+    best = sorted(scores, reverse=mode == "max")[:2]
+    kept = sorted(f"step={scores.index(v) + 1}-train_score={v:.0f}.ckpt" for v in best)
+    assert files(tmp_path) == kept
+    assert mc.best_model_score(trainer.state) == best[0]
+
+
 def test_train_time_interval_saves_when_the_interval_has_passed(tmp_path: Path, monkeypatch: Any) -> None:
     """With a clock advancing 4 s per batch and a 10 s interval, saves come at batches 4 and 7."""
     ticks = iter(range(4, 10_000, 4))

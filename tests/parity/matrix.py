@@ -33,12 +33,6 @@ EARLY_ERROR = (
     "a bad training-data setting (a batch fraction rounding to 0, val_check_interval longer than the epoch) "
     "raises at set-up, before the sanity check; Lightning raises the same after running the sanity check"
 )
-# known differences of the callback hook order (issue 20), each fixed on the branch named
-STEP_MONITOR = (
-    "issue 20 hook order: a step checkpoint monitoring a loss returned from training_step is not ranked before "
-    "the epoch's end (the returned loss reaches the metrics there); Lightning's self.log has it each step, so "
-    "it writes, then drops, an early top-k file"
-)
 NO_VAL = DataSpec(val_loaders=0)
 SHUFFLED = DataSpec(shuffle=True)
 LOG = ModuleSpec(style="log")
@@ -201,7 +195,6 @@ CASES: list[Case] = [
         "ckpt-every-3-steps-monitor",
         E3,
         checkpoint={"every_n_train_steps": 3, "monitor": "train_loss", "save_top_k": 2},
-        known_issue=STEP_MONITOR,
     ),
     Case("ckpt-filename-metric", E3, checkpoint={"monitor": "val_loss", "filename": "{epoch}-{val_loss:.2f}"}),
     Case("ckpt-filename-step", E3, checkpoint={"save_top_k": -1, "filename": "model-{step}"}),

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from interlock.core.logging import AddLogged, epoch_values
+from interlock.core.logging import AddLogged, epoch_values, scalars
 from interlock.core.registry import Action, Registry
 from interlock.core.run import Run
 from interlock.core.updates import AppendHistory, LogMetrics, Update
@@ -27,28 +27,6 @@ def loss_of(outputs: Any, step: str = "training_step") -> torch.Tensor:
         f"{step} returned {type(outputs).__name__}; return the loss tensor or a dict with a 'loss' tensor "
         f"(got keys {sorted(outputs) if isinstance(outputs, Mapping) else 'n/a'})"
     )
-
-
-def scalars(outputs: Any, prefix: str) -> dict[str, float]:
-    """Every scalar in a step's outputs as a float metric named ``<prefix>_<key>``.
-
-    This syncs with the device (``.item()``): the loops call it once per epoch for
-    training and once per batch for evaluation, never per training step.
-    """
-    if outputs is None:
-        return {}
-    items = {"loss": outputs} if isinstance(outputs, torch.Tensor) else dict(outputs)
-    out: dict[str, float] = {}
-    for key, value in items.items():
-        if isinstance(value, torch.Tensor):
-            if value.numel() != 1:
-                continue
-            value = value.detach().item()
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            continue
-        name = key if key.startswith(f"{prefix}_") else f"{prefix}_{key}"
-        out[name] = float(value)
-    return out
 
 
 def batch_size(batch: Any) -> int:

@@ -19,7 +19,8 @@ from interlock.core.state import TrainerState
 from interlock.core.updates import Change, LogMetrics, Update
 
 __all__ = [
-    "DEFAULTS", "AddLogged", "LogEntry", "check_reduce", "epoch_values", "is_metric", "is_metric_collection", "take",
+    "DEFAULTS", "AddLogged", "LogEntry", "check_reduce", "epoch_values", "is_metric", "is_metric_collection", "scalars",
+    "take",
 ]  # fmt: skip
 
 _REDUCE = {"mean": "mean", "avg": "mean", "sum": "sum", "max": "max", "min": "min"}
@@ -229,3 +230,26 @@ def epoch_values(
             if row["sync_dist"]:
                 sync.add(str(forked))
     return values, sync, hidden
+
+
+def scalars(outputs: Any, prefix: str) -> dict[str, float]:
+    """Every scalar in a step's outputs as a float metric named ``<prefix>_<key>``.
+
+    This syncs with the device (``.item()``): the loops call it once per epoch for
+    training and once per batch for evaluation, never per training step (ModelCheckpoint
+    calls it at its step save points only).
+    """
+    if outputs is None:
+        return {}
+    items = {"loss": outputs} if isinstance(outputs, torch.Tensor) else dict(outputs)
+    out: dict[str, float] = {}
+    for key, value in items.items():
+        if isinstance(value, torch.Tensor):
+            if value.numel() != 1:
+                continue
+            value = value.detach().item()
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        name = key if key.startswith(f"{prefix}_") else f"{prefix}_{key}"
+        out[name] = float(value)
+    return out

@@ -14,7 +14,10 @@ pushed it out: the trainer deletes it once that checkpoint is in place, and keep
 Save points:
 
 - ``fit.train.batch.end``: every ``every_n_train_steps`` optimizer steps, or when
-  ``train_time_interval`` has passed since the last save;
+  ``train_time_interval`` has passed since the last save; the step's returned scalars
+  (``train_loss``, ...) rank and name the save with this step's values, as Lightning's
+  ``self.log`` on step has them in ``callback_metrics`` (they reach ``state.metrics`` only
+  at the epoch end);
 - ``fit.train.val.end`` / ``fit.train.epoch_end``: in the epochs ``every_n_epochs``
   selects (default every epoch), where Lightning's ``save_on_train_epoch_end`` says:
   ``True`` at the training epoch end, ``False`` after each validation, ``None`` at the
@@ -42,6 +45,7 @@ from typing import Any
 
 from interlock.core.config import TrainerConfig
 from interlock.core.events import Event, Handler, Listener
+from interlock.core.logging import scalars
 from interlock.core.state import TrainerState
 from interlock.core.updates import SaveCheckpoint, Update
 
@@ -192,14 +196,14 @@ class ModelCheckpoint(Listener):
             return None
         if self.every_n_train_steps:
             if step % self.every_n_train_steps == 0:
-                return self._save(state, top_k=True)
+                return self._save(state, top_k=True, latest=_returned(event))
             return None
         last_time = stored.get("last_time")
         now = time.time()
         if last_time is None:  # the clock starts at the first batch of the run
             return [self.store(state, last_time=now)]
         if now - last_time >= (self.train_time_interval or 0.0):
-            return self._save(state, top_k=True, last_time=now)
+            return self._save(state, top_k=True, latest=_returned(event), last_time=now)
         return None
 
     def on_validation_end(self, event: Event, state: TrainerState) -> list[Update] | None:
@@ -296,9 +300,14 @@ class ModelCheckpoint(Listener):
                 raise ValueError(f"ModelCheckpoint(key={self.key!r}) state {name!r} is {stored[name]!r:.80}")
         return out
 
-    def format_checkpoint_name(self, state: TrainerState, ver: int | None = None) -> str:
-        """The file name ``filename`` gives at ``state`` (with ``-v<ver>`` when given)."""
-        values = _candidates(state)
+    def format_checkpoint_name(
+        self, state: TrainerState, ver: int | None = None, latest: Mapping[str, float] | None = None
+    ) -> str:
+        """The file name ``filename`` gives at ``state`` (with ``-v<ver>`` when given).
+
+        ``latest``: metric values newer than ``state.metrics`` (the step's returned scalars).
+        """
+        values = _candidates(state, latest)
         template = self.filename
 
         def fill(match: re.Match[str]) -> str:
@@ -314,11 +323,11 @@ class ModelCheckpoint(Listener):
     def _epoch_due(self, state: TrainerState) -> bool:
         return bool(self.every_n_epochs) and (state.epoch + 1) % self.every_n_epochs == 0
 
-    def _score(self, state: TrainerState) -> tuple[bool, float | None]:
+    def _score(self, state: TrainerState, latest: Mapping[str, float] | None) -> tuple[bool, float | None]:
         """Whether a top-k save can be ranked now, and the score (``None`` without a monitor)."""
         if self.monitor is None:
             return True, None
-        value = _candidates(state).get(self.monitor)
+        value = _candidates(state, latest).get(self.monitor)
         if value is None:
             return False, None
         value = float(value)
@@ -341,8 +350,12 @@ class ModelCheckpoint(Listener):
             return True
         return a < b if self.mode == "min" else a > b
 
-    def _save(self, state: TrainerState, top_k: bool, **extra: Any) -> list[Update]:
+    def _save(
+        self, state: TrainerState, top_k: bool, latest: Mapping[str, float] | None = None, **extra: Any
+    ) -> list[Update]:
         """Updates that save at this point: the top-k file when it qualifies, and ``last.ckpt``.
+
+        ``latest``: metric values newer than ``state.metrics`` (a step save's returned scalars).
 
         The bookkeeping stores paths relative to the base (``checkpoints/epoch=0-step=8.ckpt``);
         the requests name the files under this run's base.
@@ -353,7 +366,7 @@ class ModelCheckpoint(Listener):
         replaced: list[str] = []
         saves: list[Update] = []
         values: dict[str, Any] = {"last_step": state.global_step, **extra}
-        ranked, score = self._score(state) if top_k and self.save_top_k != 0 else (False, None)
+        ranked, score = self._score(state, latest) if top_k and self.save_top_k != 0 else (False, None)
         if ranked:
             dropped: list[str] = []
             if self.monitor is None:
@@ -363,7 +376,7 @@ class ModelCheckpoint(Listener):
                 dropped = [worst] if self._better(score, best_k[worst]) else []
                 ranked = bool(dropped)
             if ranked:
-                path = self._free_path(state, best_k, dropped, stored.get("last", ""))
+                path = self._free_path(state, best_k, dropped, stored.get("last", ""), latest)
                 for old in dropped:
                     del best_k[old]
                     if old != path:
@@ -401,7 +414,14 @@ class ModelCheckpoint(Listener):
             saves.append(SaveCheckpoint(self._resolve(base, last), "last", weights_only=self.save_weights_only))
         return [self.store(state, **values), *saves]
 
-    def _free_path(self, state: TrainerState, best_k: Mapping[str, Any], dropped: list[str], last: str) -> str:
+    def _free_path(
+        self,
+        state: TrainerState,
+        best_k: Mapping[str, Any],
+        dropped: list[str],
+        last: str,
+        latest: Mapping[str, float] | None = None,
+    ) -> str:
         """The formatted path (relative to the base), versioned (``-v1``...) when a kept checkpoint has it.
 
         ``enable_version_counter=False`` overwrites instead; without a monitor the latest file is
@@ -410,10 +430,10 @@ class ModelCheckpoint(Listener):
         taken = (set(best_k) - set(dropped)) | {last}
         if self.monitor is None:  # Lightning overwrites the latest file of the same name rather than version it
             taken.discard(self.stored(state).get("best", ""))
-        path, ver = posixpath.join(self._subdir, self.format_checkpoint_name(state)), 0
+        path, ver = posixpath.join(self._subdir, self.format_checkpoint_name(state, latest=latest)), 0
         while path in taken and self.enable_version_counter:
             ver += 1
-            path = posixpath.join(self._subdir, self.format_checkpoint_name(state, ver))
+            path = posixpath.join(self._subdir, self.format_checkpoint_name(state, ver, latest))
         return path
 
 
@@ -449,9 +469,21 @@ def _relative(path: Any, base: str, owner: ModelCheckpoint) -> str:
     )
 
 
-def _candidates(state: TrainerState) -> dict[str, Any]:
-    """What a monitor or a filename can name: the metrics, ``epoch`` and ``step`` (Lightning's monitor candidates)."""
-    return {"epoch": state.epoch, "step": state.global_step, **state.metrics}
+def _candidates(state: TrainerState, latest: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """What a monitor or a filename can name: the metrics, ``epoch`` and ``step`` (Lightning's monitor candidates).
+
+    ``latest`` (the step's returned scalars) overrides ``state.metrics``, whose training values are the last epoch's.
+    """
+    return {"epoch": state.epoch, "step": state.global_step, **state.metrics, **(latest or {})}
+
+
+def _returned(event: Event) -> dict[str, float]:
+    """The scalars the training step returned (``train_loss``, ...): their values at this step.
+
+    Lightning's ``self.log`` on step puts them in ``callback_metrics`` at once; interlock's
+    ``state.metrics`` gets them at the epoch end. Read only at a save point (one device sync).
+    """
+    return scalars(event.payload.get("outputs"), "train")
 
 
 def _validated_in_epoch(state: TrainerState) -> bool:
