@@ -277,3 +277,22 @@ def test_epoch_means_equal_lightnings_bitwise(case_id: str, tmp_path: Path) -> N
         lit, port = run_lightning(case, tmp_path), run_interlock(case, tmp_path)
     assert lit.epoch_metrics and port.epoch_metrics == lit.epoch_metrics
     assert port.metrics == lit.metrics
+
+
+@pytest.mark.parametrize("full", [False, True], ids=["compact", "full"])
+def test_the_trace_and_the_chart_name_the_transition_that_failed(tmp_path: Path, full: bool) -> None:
+    """The trace keeps the failing transition (both formats); read_trace and the drawn chart's caption name it."""
+    from interlock.listeners import EventTrace
+    from interlock.viz.render import to_mermaid
+    from interlock.viz.trace import read_trace
+
+    trainer = interlock.Trainer(
+        default_root_dir=tmp_path, max_epochs=1, enable_progress_bar=False, listeners=[EventTrace(full=full)]
+    )
+    with pytest.raises(ValueError, match="epoch end"):
+        trainer.fit(_EpochEndFails(), loader(32, 16))
+    edge = "fit.train.batch.end -> fit.train.epoch_end [epoch_end] do module.on_train_epoch_end"
+    summary = read_trace(trainer.run_dir)
+    assert summary.failed_where == edge
+    assert summary.failed_in == "fit.train.batch.end"
+    assert f"failed in {edge}: ValueError" in to_mermaid(trainer.statechart, summary)

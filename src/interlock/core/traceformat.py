@@ -1,7 +1,8 @@
 """The events trace's two line formats, and one decoder for both.
 
 **Full** (``EventTrace(full=True)``): one JSON object per transition, ``{"time", "event",
-"trigger", "source", "epoch", "global_step", "batch_idx", "count"}`` (+ ``"error"``).
+"trigger", "source", "epoch", "global_step", "batch_idx", "count"}`` (+ ``"error"``, and
+``"where"`` when the failure was raised on a transition: ``"a -> b [trigger] do action"``).
 
 **Compact** (the default, ``interlock.trace/2``), one JSON value a line:
 
@@ -9,7 +10,7 @@
   (each process, or each reopening of the file, writes one).
 - ``{"key": K, "event": E, "trigger": G, "source": S}``: transition ``S --G--> E`` is key ``K``
   (written before its first use).
-- ``[dt, K, epoch, global_step, batch_idx, count]`` (+ ``"Type: message"``): one transition at
+- ``[dt, K, epoch, global_step, batch_idx, count]`` (+ ``"Type: message"``, + where): one transition at
   ``T0 + dt``, with the counters after it, exactly as a full line has them.
 - ``{"repeat": [K1, ..., Kn], "times": N, "from": [dt, epoch, global_step, batch_idx, count],
   "to": [...]}``: the cycle of transitions ``K1 .. Kn`` taken ``N`` times in a row (a batch loop);
@@ -94,12 +95,14 @@ class Decoder:
             raise TraceFormatError(f"transition key {key!r} is used before a line defines it") from None
 
     def _one(self, row: list[Any]) -> dict[str, Any]:
-        if len(row) not in (6, 7):
-            raise TraceFormatError(f"a transition line has 6 or 7 items, not {len(row)}")
+        if len(row) not in (6, 7, 8):
+            raise TraceFormatError(f"a transition line has 6 to 8 items, not {len(row)}")
         event, trigger, source = self._names(row[1])
         out = transition(event, trigger, source, [_number(row[0], "time"), *row[2:6]], self.t0)
-        if len(row) == 7:
+        if len(row) >= 7:
             out["error"] = row[6]
+        if len(row) == 8:
+            out["where"] = row[7]
         return out
 
     def _repeat(self, value: Mapping[str, Any]) -> dict[str, Any]:

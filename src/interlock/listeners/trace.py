@@ -27,11 +27,11 @@ TRACE_FILE = "events.jsonl"
 _ENDS = frozenset({"finished", "failed", "interrupted"})
 _FLUSH = frozenset({"teardown", "fit.train.epoch_end", "fit.train.val.end", *_ENDS})
 #: One full-format line; its arguments: time, the JSON members of (event, trigger, source), epoch,
-#: global_step, batch_idx, count, and the error member or "".
+#: global_step, batch_idx, count, and the error and where members or "".
 _LINE = '{"time": %.6f, %s, "epoch": %s, "global_step": %s, "batch_idx": %s, "count": %s%s}\n'
 #: A buffered transition: time, key (index of its (event, trigger, source)), epoch, global_step,
-#: batch_idx, count, and the error ("" when none).
-Row = tuple[float, int, int, int, int, int, str]
+#: batch_idx, count, the error ("" when none) and the transition that raised it ("" when none).
+Row = tuple[float, int, int, int, int, int, str, str]
 _now = time.time
 #: The longest loop (in transitions) the compact trace counts instead of writing.
 _LONGEST_LOOP = 32
@@ -110,6 +110,8 @@ class _Packer:
     def _single(self, out: list[str], row: Row, names: list[str]) -> None:
         self._define(out, row[1], names)
         error = f",{json.dumps(row[6])}" if row[6] else ""
+        if row[7]:
+            error += f",{json.dumps(row[7])}"
         out.append(f"[{row[0] - self.t0:.6f},{row[1]},{row[2]},{row[3]},{row[4]},{row[5]}{error}]\n")
 
     def _repeat(self, out: list[str], names: list[str]) -> None:
@@ -207,7 +209,7 @@ class EventTrace(Listener):
             self._names.append(json.dumps(dict(zip(("event", "trigger", "source"), key, strict=True)))[1:-1])
             self._loopable.append(".batch." in name and ".batch." in source)
         rows, now = self._rows, _now()
-        rows.append((now, k, epoch, global_step, batch_idx, count, ""))
+        rows.append((now, k, epoch, global_step, batch_idx, count, "", ""))
         if (len(rows) >= self.flush_every or now >= self._due) and name not in _FLUSH:
             self.flush()
 
@@ -238,7 +240,7 @@ class EventTrace(Listener):
         if rows and (event.trigger == "fail" or name == "failed"):
             error = _error(event.payload)
             if error:
-                rows[-1] = (*rows[-1][:-1], error)
+                rows[-1] = (*rows[-1][:-2], error, _where(event.payload))
         self.flush(final=name in _ENDS)
         if name in _ENDS:
             self.close()
@@ -268,7 +270,8 @@ class EventTrace(Listener):
                 fh.write(self._packer.header())
         names = self._names
         if self.full:
-            fh.write("".join([_LINE % (t, names[k], e, g, b, c, _member(err)) for t, k, e, g, b, c, err in rows]))
+            lines = [_LINE % (t, names[k], e, g, b, c, _member(err, at)) for t, k, e, g, b, c, err, at in rows]
+            fh.write("".join(lines))
         else:
             assert self._packer is not None
             fh.write(self._packer.pack(rows, names, self._loopable, final))
@@ -298,6 +301,17 @@ def _error(payload: Mapping[str, Any]) -> str:
     return "" if error is None else str(error)
 
 
-def _member(error: str) -> str:
-    """The ``"error"`` member of a full-format line (empty without an error)."""
-    return f', "error": {json.dumps(error)}' if error else ""
+def _where(payload: Mapping[str, Any]) -> str:
+    """The transition a failure was raised on (``"a -> b [trigger] do action"``), else ``""``.
+
+    A failure in a state's own action is told by the ``fail`` transition's source already.
+    """
+    where = payload.get("where")
+    return str(where) if isinstance(where, str) and " -> " in where else ""
+
+
+def _member(error: str, where: str = "") -> str:
+    """The ``"error"`` (and ``"where"``) members of a full-format line (empty without an error)."""
+    if not error:
+        return ""
+    return f', "error": {json.dumps(error)}' + (f', "where": {json.dumps(where)}' if where else "")

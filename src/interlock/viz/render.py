@@ -230,7 +230,7 @@ def _overlay(chart: Chart, trace: TraceSummary) -> _Overlay:
     elif trace.error is not None or failed_in is not None:
         lines = (trace.error or "").strip().splitlines()
         first_line = (lines[0] if len(lines[0]) <= 100 else lines[0][:99] + "…") if lines else "unknown error"
-        caption = f"run {trace.path.parent.name}: failed in {trace.failed_in}: {first_line}"
+        caption = f"run {trace.path.parent.name}: failed in {trace.failed_where or trace.failed_in}: {first_line}"
     elif trace.interrupted:
         ended = f"ended in {trace.last_state}" if trace.is_final else f"now at {trace.last_state}"
         caption = f"run {trace.path.parent.name}: stopped by {trace.interrupted_by} in {trace.interrupted_in}, {ended}"

@@ -55,6 +55,8 @@ class TraceSummary:
     """The last state entered is a final state of the chart (the run ended)."""
     error: str | None = None
     failed_in: str | None = None
+    #: the transition whose action raised (``"a -> b [trigger] do action"``), when it was one
+    failed_where: str | None = None
     """The state the failure happened in (the source of the ``fail`` trigger)."""
     last_epoch: int | None = None
     last_global_step: int | None = None
@@ -135,7 +137,7 @@ def read_trace(path: str | os.PathLike[str], chart: Chart | None = None) -> Trac
     known = set(the_chart.leaves)
     visits: Counter[str] = Counter()
     transitions: Counter[tuple[str, str, str]] = Counter()
-    first = last = error = failed_in = prev_trigger = interrupted_in = interrupted_by = None
+    first = last = error = failed_in = failed_where = prev_trigger = interrupted_in = interrupted_by = None
     epoch = step = None
     events = 0
     pending: tuple[int, str] | None = None  # an unparsable line: fine only if it is the last one
@@ -176,13 +178,14 @@ def read_trace(path: str | os.PathLike[str], chart: Chart | None = None) -> Trac
                     transitions[(source, trigger, dest)] += times
                     last = dest
                     if source in finals:  # a new run starts in the same trace: its outcome is what counts
-                        error = failed_in = interrupted_in = interrupted_by = None
+                        error = failed_in = failed_where = interrupted_in = interrupted_by = None
                     if trigger in INTERRUPT_TRIGGERS:
                         interrupted_in, interrupted_by = source, trigger
                     if trigger == "fail" or (one.get("error") is not None and prev_trigger != "fail"):
                         failed_in = source
                     if one.get("error") is not None:
                         error = str(one["error"])
+                        failed_where = one.get("where", failed_where)
                     prev_trigger = trigger
                 epoch, step = record.get("epoch", epoch), record.get("global_step", step)
     return TraceSummary(
@@ -196,6 +199,7 @@ def read_trace(path: str | os.PathLike[str], chart: Chart | None = None) -> Trac
         is_final=last in finals,
         error=error,
         failed_in=failed_in,
+        failed_where=failed_where,
         last_epoch=epoch,
         last_global_step=step,
         truncated=pending is not None,

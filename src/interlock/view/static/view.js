@@ -75,7 +75,7 @@
   // -- where the run was after the first n events -----------------------------------------
   function where(n) {
     const visits = {}, taken = {};
-    let current = null, error = null, failedIn = null, stoppedIn = null, stoppedBy = null, prev = null;
+    let current = null, error = null, failedIn = null, failedWhere = null, stoppedIn = null, stoppedBy = null, prev = null;
     for (let i = 0; i < n; i++) {
       const e = run.events[i];
       if (i === 0) visits[e.source] = 1;
@@ -91,13 +91,13 @@
       visits[e.event] = (visits[e.event] || 0) + 1;
       const key = `${e.source}|${e.trigger}|${e.event}`;
       taken[key] = (taken[key] || 0) + 1;
-      if (FINALS.has(e.source)) { error = failedIn = stoppedIn = stoppedBy = null; }
+      if (FINALS.has(e.source)) { error = failedIn = failedWhere = stoppedIn = stoppedBy = null; }
       if (STOPS.has(e.trigger)) { stoppedIn = e.source; stoppedBy = e.trigger; }
       if (e.trigger === "fail" || (e.error != null && prev !== "fail")) failedIn = e.source;
-      if (e.error != null) error = String(e.error);
+      if (e.error != null) { error = String(e.error); if (e.where != null) failedWhere = String(e.where); }
       prev = e.trigger; current = e.event;
     }
-    return { visits, taken, current, error, failedIn, stoppedIn, stoppedBy, last: n ? run.events[n - 1] : null };
+    return { visits, taken, current, error, failedIn, failedWhere, stoppedIn, stoppedBy, last: n ? run.events[n - 1] : null };
   }
   const pos = () => Number($("scrub").value);
 
@@ -127,7 +127,7 @@
     if (s.error || (s.stoppedIn && !s.error)) {
       out.hidden = false;
       out.className = s.error ? "failed" : "interrupted";
-      out.textContent = s.error ? `failed in ${s.failedIn}: ${s.error}` : `${s.stoppedBy === "preempt" ? "preempted" : "interrupted"} in ${s.stoppedIn}`;
+      out.textContent = s.error ? `failed in ${s.failedWhere || s.failedIn}: ${s.error}` : `${s.stoppedBy === "preempt" ? "preempted" : "interrupted"} in ${s.stoppedIn}`;
     } else out.hidden = true;
     const e = s.last;
     const what = e && e.cycle ? `a loop ×${e.times} (${e.cycle.length} transitions each) to ${e.event}` : e ? `${e.source} —${e.trigger}→ ${e.event}` : "";
