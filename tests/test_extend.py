@@ -164,3 +164,138 @@ def test_the_added_state_matches_a_plain_loop(tmp_path: Path, ema_chart: Path) -
     expected = plain_ema(16)
     shadow = trainer.state.listener_state("ema")["shadow"]
     assert all(torch.equal(shadow[n], expected[n]) for n in expected)
+
+
+# -- edited copies with the default listeners on (progress bar, CSV logger, trace, checkpointing) ---------
+SANITY_EDGE = "          - {trigger: sanity_check, guard: schedule.sanity_due, target: sanity}\n"
+EPOCH_RUN = (
+    "            entry: [data.start_epoch, module.on_train_epoch_start]\n"
+    "            always:\n"
+    "              - {trigger: run, target: batch}\n"
+)
+
+
+def without_sanity() -> str:
+    """The built-in chart less its sanity check: the edge into it and the whole `fit.sanity` region."""
+    text = BUILTIN.read_text()
+    start, end = text.index("      sanity:\n"), text.index("      train:\n")
+    assert text.count(SANITY_EDGE) == 1
+    return (text[:start] + text[end:]).replace(SANITY_EDGE, "")
+
+
+def renamed() -> str:
+    """The built-in chart with `fit.train` renamed `fit.training`."""
+    text = BUILTIN.read_text().replace(
+        "      train:\n        initial: epoch_start", "      training:\n        initial: epoch_start"
+    )
+    text = text.replace("#fit.train.", "#fit.training.").replace('"#fit.train"', '"#fit.training"')
+    return text.replace("{trigger: train, target: train}", "{trigger: train, target: training}")
+
+
+def validate_first() -> str:
+    """The built-in chart validating before each epoch's training (and, as before, after it)."""
+    text = BUILTIN.read_text()
+    assert text.count(EPOCH_RUN) == 1
+    return text.replace(
+        EPOCH_RUN, EPOCH_RUN.replace("{trigger: run, target: batch}", "{trigger: validate, target: val}")
+    )
+
+
+def default_fit(root: Path, chart: Path | None, ckpt: Path | None = None, crash_after: int | None = None) -> Any:
+    """Fit TinyModule for 2 epochs with every default listener on; optionally crash once a save exists."""
+    torch.manual_seed(0)
+    module = TinyModule()
+    trainer = interlock.Trainer(max_epochs=2, limit_val_batches=2, default_root_dir=root, chart=chart)
+    if crash_after is not None:
+        saved = root / "mid.ckpt"
+        trainer.on("#train_batch_end", lambda e: SaveCheckpoint(str(saved)), once=crash_after)
+
+        def crash(event: interlock.Event) -> None:
+            if saved.exists():
+                raise KeyboardInterrupt
+
+        trainer.on("#epoch_start", crash)
+        trainer.on("#eval_start", crash)
+    try:
+        trainer.fit(module, loader(64, 8, shuffle=True), loader(32, 8), ckpt_path=ckpt)
+    except KeyboardInterrupt:
+        pass
+    return trainer, module
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def same_weights(a: TinyModule, b: TinyModule) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
+
+
+def test_a_chart_without_the_sanity_check_runs_with_the_default_listeners(tmp_path: Path) -> None:
+    """With the sanity check removed, progress bar, logger, trace and checkpoints still subscribe and run."""
+    trainer, _ = default_fit(tmp_path, write(tmp_path, "nosanity.yaml", without_sanity()))
+    assert trainer.state.status == "finished" and trainer.state.global_step == 16
+    assert not any(name.startswith("fit.sanity") for name in trainer.state.counts)
+    assert (Path(trainer.run_dir) / "metrics.csv").exists() and list(Path(trainer.run_dir).rglob("*.ckpt"))
+
+
+def test_a_renamed_region_trains_bitwise_like_the_original_with_the_default_listeners(tmp_path: Path) -> None:
+    """`fit.train` renamed: the defaults follow the tags, and the weights and history equal the built-in chart's."""
+    original, m1 = default_fit(tmp_path / "a", None)
+    copy, m2 = default_fit(tmp_path / "b", write(tmp_path, "renamed.yaml", renamed()))
+    assert copy.state.status == "finished" and copy.state.counts["fit.training.batch.end"] == 16
+    assert same_weights(m1, m2) and original.state.history == copy.state.history
+    assert list(Path(copy.run_dir).rglob("*.ckpt")) and (Path(copy.run_dir) / "metrics.csv").exists()
+
+
+def test_a_validate_first_chart_runs_and_resumes_bitwise_with_the_default_listeners(tmp_path: Path) -> None:
+    """Validating before each epoch's training: it runs, and a run cut after a batch resumes to equal weights."""
+    chart = write(tmp_path, "valfirst.yaml", validate_first())
+    whole, whole_module = default_fit(tmp_path / "whole", chart)
+    assert whole.state.status == "finished" and whole.state.counts["fit.train.val.end"] == 4
+    default_fit(tmp_path / "cut", chart, crash_after=5)
+    resumed, resumed_module = default_fit(tmp_path / "cut", chart, ckpt=tmp_path / "cut" / "mid.ckpt")
+    assert resumed.state.status == "finished"
+    assert same_weights(whole_module, resumed_module)
+    assert whole.state.history == resumed.state.history
+
+
+def test_a_tag_no_state_carries_is_refused_naming_the_charts_tags(tmp_path: Path) -> None:
+    """Subscribing to a tag the chart lacks fails at once, listing the tags the chart has."""
+    trainer = interlock.Trainer(chart=write(tmp_path, "nosanity.yaml", without_sanity()), **only())
+    with pytest.raises(ValueError, match=r"'#sanity' matches no event.*the chart's tags: \[.*'epoch_end'"):
+        trainer.on("#sanity", lambda e: None)
+    with pytest.raises(ValueError, match=r"pattern 'fit.sanity.end' matches no event"):
+        trainer.on("fit.sanity.end", lambda e: None)
+
+
+def test_an_unknown_tag_in_a_chart_is_a_typo_unless_the_chart_declares_it(tmp_path: Path) -> None:
+    """`tags: [epoch_ends]` is refused naming the vocabulary; a chart's top-level `tags:` adds its own."""
+    text = BUILTIN.read_text().replace("tags: [epoch_end]", "tags: [epoch_ends]")
+    with pytest.raises(interlock.ChartError, match=r"unknown tags \['epoch_ends'\]; known: \[.*'epoch_end'"):
+        interlock.Trainer(chart=write(tmp_path, "typo.yaml", text), **only())
+    trainer = interlock.Trainer(chart=write(tmp_path, "own.yaml", "tags: [epoch_ends]\n" + text), **only())
+    assert trainer.bus.tagged("#epoch_ends") == ("fit.train.epoch_end",)
+
+
+#: Chart-path literals that stay in listeners and connectors, each with its reason: none left (they
+#: subscribe by tag, or read the chart's `resume_at`). The runtime's own top-level states outside any
+#: stage (`setup`, `teardown`, `finished`, `failed`, `interrupted`) are not dotted paths and not counted.
+KEPT_PATHS: set[tuple[str, str]] = set()
+
+
+def test_listeners_and_connectors_name_no_chart_path_but_the_listed_ones() -> None:
+    """Every dotted chart-path literal left in listeners/ and connectors/ is one of KEPT_PATHS."""
+    import re
+
+    src = Path(interlock.__file__).parent
+    pattern = re.compile(r"""["']((?:fit|validate|test|predict)\.[a-z_.]+)["']""")
+    found = {
+        (f"{path.parent.name}/{path.name}", m.group(1))
+        for folder in ("listeners", "connectors")
+        for path in sorted((src / folder).glob("*.py"))
+        for m in pattern.finditer(path.read_text())
+    }
+    assert found == KEPT_PATHS

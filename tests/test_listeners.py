@@ -39,6 +39,7 @@ from interlock.viz import read_trace
 
 TRACE_KEYS = ["time", "event", "trigger", "source", "epoch", "global_step", "batch_idx", "count"]
 LEAVES = load_chart().leaves
+TAGS = load_chart().tags
 
 
 # -- helpers ------------------------------------------------------------------------
@@ -67,7 +68,8 @@ class Driver:
     """Delivers synthetic events to one listener through a real bus and applies its updates."""
 
     def __init__(self, listener: Listener, state: TrainerState | None = None) -> None:
-        self.bus = EventBus(LEAVES)
+        self.bus = EventBus(LEAVES, TAGS)
+        listener.bind_tags(self.bus.tags)
         for pattern, fn, every, once in listener.subscriptions():
             self.bus.on(pattern, fn, every=every, once=once, source=listener.key)
         self.state = state or TrainerState()

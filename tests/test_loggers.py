@@ -25,6 +25,7 @@ from interlock.examples.digits import DigitsClassifier, DigitsData
 from interlock.listeners import CSVLogger, EventTrace, ProgressBar, TensorBoardLogger, default_listeners
 
 LEAVES = load_chart().leaves
+TAGS = load_chart().tags
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +61,8 @@ def _value(text: str) -> Any:
 
 def deliver(listener: Listener, state: TrainerState, name: str) -> TrainerState:
     """Send one synthetic event through a real bus and apply the listener's updates."""
-    bus = EventBus(LEAVES)
+    bus = EventBus(LEAVES, TAGS)
+    listener.bind_tags(bus.tags)
     for pattern, fn, every, once in listener.subscriptions():
         bus.on(pattern, fn, every=every, once=once, source=listener.key)
     event = Event(name, "t", "src", 1, state.epoch, state.global_step, 0)

@@ -705,7 +705,9 @@ def _deliver(logger: CSVLogger, state: TrainerState) -> TrainerState:
     from interlock.core.events import Event, EventBus
     from interlock.core.updates import merge, reduce
 
-    bus = EventBus(load_chart().leaves)
+    chart = load_chart()
+    bus = EventBus(chart.leaves, chart.tags)
+    logger.bind_tags(bus.tags)
     for pattern, fn, every, once in logger.subscriptions():
         bus.on(pattern, fn, every=every, once=once, source=logger.key)
     event = Event("fit.train.val.end", "t", "src", 1, state.epoch, state.global_step, 0)

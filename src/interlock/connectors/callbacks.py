@@ -216,7 +216,7 @@ class TrainerView:
     def current_epoch(self) -> int:
         """Lightning's: the epochs completed once training has ended (``on_train_end``, ``on_fit_end``)."""
         state = self._run.state
-        ended = state.chart == "fit.end" or self._run.extras.get(TRAINED, False)
+        ended = {"fit", "stage_end"} <= self._tags(state.chart) or self._run.extras.get(TRAINED, False)
         if ended and state.progress.train_batches:
             return state.progress.epoch + 1
         return state.current_epoch
@@ -339,11 +339,15 @@ class TrainerView:
     def state(self) -> _RunState:
         return _RunState(self._run.stage, self._running_stage(), self._run.facts.status)
 
+    def _tags(self, leaf: str) -> frozenset[str]:
+        chart = self._run.chart
+        return chart.tags.get(leaf, frozenset()) if chart is not None else frozenset()
+
     def _running_stage(self) -> str:
         chart = self._run.state.chart
         if self.sanity_checking:
             return "sanity_check"
-        if chart.startswith("fit.train.val"):
+        if {"fit", "val"} <= self._tags(chart):
             return "validate"
         return "train" if self._run.stage == "fit" else self._run.stage
 

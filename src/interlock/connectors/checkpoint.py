@@ -290,14 +290,17 @@ def resolve_ckpt_path(ckpt_path: str | os.PathLike[str], root: Path, run_dir: st
     return found
 
 
-def nothing_to_train(state: TrainerState, config: TrainerConfig, resume_at: str) -> str:
-    """Why a fit resumed at ``resume_at`` from ``state`` would train nothing under ``config`` (``""``: it trains)."""
+def nothing_to_train(state: TrainerState, config: TrainerConfig, at_epoch_end: bool) -> str:
+    """Why a fit resumed from ``state`` would train nothing under ``config`` (``""``: it trains).
+
+    ``at_epoch_end``: it resumes in a state tagged ``epoch_end`` (a finished run's ``resume_at``).
+    """
     if config.max_steps != -1 and state.global_step >= config.max_steps:
         return (
             f"global step {state.global_step} has reached max_steps={config.max_steps}; "
             "raise max_steps to train further"
         )
-    if resume_at != "fit.train.epoch_end":
+    if not at_epoch_end:
         return ""
     if state.should_stop:
         reason = state.stop_reason or "a stop was requested"
@@ -316,9 +319,6 @@ def _say(run: Run, line: str) -> None:
 _LOADED = "interlock.checkpoint"
 
 
-_EPOCH_END = "fit.train.epoch_end"
-
-
 def _continue(run: Run) -> Update | None:
     """A second fit of one trainer: continue its state from the end of the epoch its last fit was in.
 
@@ -329,15 +329,20 @@ def _continue(run: Run) -> Update | None:
     state = run.state
     if (state.progress.train_batches == 0 and state.epoch == 0) or run.chart is None:
         return None
-    if _EPOCH_END not in run.chart.leaf_specs:
-        return None
-    why = nothing_to_train(state, run.config, _EPOCH_END)
+    resume_at = run.chart.resume_at
+    if resume_at is None:
+        raise ValueError(
+            f"this trainer has fitted before, and chart {run.chart.source!r} declares no `resume_at` on its final "
+            'checkpoint state, so a second fit does not know where to continue; add `resume_at: "#<epoch end '
+            'state>"` to the final state (statecharts/trainer.yaml: `finished`), or use a new Trainer'
+        )
+    why = nothing_to_train(state, run.config, "epoch_end" in run.chart.tags.get(resume_at, ()))
     _say(
         run,
         f"interlock: this trainer has fitted before (epoch {state.epoch}, global step {state.global_step}): "
         f"fit continues in {state.run_dir} with the next epoch" + (f"; nothing to train: {why}" if why else ""),
     )
-    return RestoreState(state.replace(chart=_EPOCH_END))
+    return RestoreState(state.replace(chart=resume_at))
 
 
 def _write(run: Run, path: str, weights_only: bool = False) -> None:
@@ -516,7 +521,8 @@ def register(reg: Registry) -> None:
                 run_dir=now.run_dir,
             )
             resume_at = run.chart.resume_point(saved.chart) if run.chart is not None else saved.chart
-            why = nothing_to_train(saved, run.config, resume_at)
+            at_end = run.chart is not None and "epoch_end" in run.chart.tags.get(resume_at, ())
+            why = nothing_to_train(saved, run.config, at_end)
             _say(
                 run,
                 f"interlock: resuming {source} in {now.run_dir}: state {saved.chart}, epoch {saved.epoch}, "

@@ -47,6 +47,29 @@ _STATE_KEYS = {
     "count",
     "doc",
     "resume_at",
+    "tags",
+}
+#: The tag vocabulary built-in listeners subscribe by (``@listen("#epoch_end")``). A leaf's
+#: event carries its own tags and those of every state above it. A chart may add its own tags
+#: by listing them at its top level (``tags: [my_tag]``); any other tag is a typo and an error.
+TAGS: Mapping[str, str] = {
+    # scopes: on compound states, inherited by every leaf below
+    "fit": "the fit stage",
+    "sanity": "the sanity check's evaluation loop",
+    "val": "a validation loop (in fit, or the validate stage)",
+    "test": "the test stage's loop",
+    "predict": "the predict stage's loop",
+    # moments: on leaf states
+    "stage_start": "the first state of a stage (the rank is known; before a resumed state is restored)",
+    "stage_end": "the last state of a stage, before teardown",
+    "epoch_start": "a training epoch starts",
+    "epoch_end": "a training epoch has ended (after its validation)",
+    "train_batch_end": "a training batch has ended",
+    "backward": "the loss's backward pass has run",
+    "optimizer_step": "an optimizer is about to step",
+    "eval_start": "an evaluation loop starts",
+    "eval_batch_end": "an evaluation batch has ended",
+    "eval_end": "an evaluation loop has ended",
 }
 _TRANSITION_KEYS = {"trigger", "target", "guard", "do", "count"}
 
@@ -91,6 +114,7 @@ class StateSpec:
     count: tuple[str, ...] = ()
     doc: str = ""
     resume_at: str | None = None
+    tags: frozenset[str] = frozenset()
 
     @property
     def is_leaf(self) -> bool:
@@ -169,6 +193,11 @@ class Chart:
         self.data = data
         self.states: dict[str, StateSpec] = {}
         errors: list[str] = []
+        extra = data.get("tags") or ()
+        if not isinstance(extra, list | tuple) or not all(isinstance(t, str) and t for t in extra):
+            errors.append(f"the chart's top-level 'tags' must be a list of tag names, got {extra!r}")
+            extra = ()
+        self.vocabulary: frozenset[str] = frozenset(TAGS) | frozenset(extra)
         self._parse(data, None, {}, errors)
         self.initial = self._enter(_resolve(str(data.get("initial", "")), None), errors)
         self._check_targets(errors)
@@ -182,6 +211,8 @@ class Chart:
         errors = self._check_structure()
         if errors:
             raise ChartError(source, errors)
+        #: Each leaf (event name) with its tags: its own and those of every state above it.
+        self.tags: dict[str, frozenset[str]] = self._leaf_tags()
 
     # -- parsing -----------------------------------------------------------------
     def _parse(self, node: Mapping[str, Any], parent: str | None, params: Mapping[str, Any], errors: list[str]) -> None:
@@ -232,9 +263,20 @@ class Chart:
                 count=_names(spec.get("count"), "count", path, errors),
                 doc=str(spec.get("doc", "")),
                 resume_at=_resolve(str(spec["resume_at"]), path) if spec.get("resume_at") else None,
+                tags=self._parse_tags(spec.get("tags"), path, errors),
             )
             if children:
                 self._parse(spec, path, merged, errors)
+
+    def _parse_tags(self, value: Any, path: str, errors: list[str]) -> frozenset[str]:
+        tags = _names(value, "tags", path, errors)
+        unknown = sorted(set(tags) - self.vocabulary)
+        if unknown:
+            errors.append(
+                f"state {path!r} has unknown tags {unknown}; known: {sorted(self.vocabulary)} "
+                "(a chart adds its own by listing them in its top-level 'tags')"
+            )
+        return frozenset(tags)
 
     def _parse_always(self, items: Any, path: str, errors: list[str]) -> tuple[TransitionSpec, ...]:
         if items is None:
@@ -404,6 +446,26 @@ class Chart:
     def triggers(self) -> set[str]:
         """Every trigger the chart declares."""
         return {t.trigger for s in self.states.values() for t in s.declared()}
+
+    def _leaf_tags(self) -> dict[str, frozenset[str]]:
+        """Each leaf (event name) with its tags: its own and those of every state above it."""
+        out: dict[str, frozenset[str]] = {}
+        for leaf in self.leaves:
+            tags: set[str] = set()
+            path: str | None = leaf
+            while path is not None:
+                tags |= self.states[path].tags
+                path = self.states[path].parent
+            out[leaf] = frozenset(tags)
+        return out
+
+    @property
+    def resume_at(self) -> str | None:
+        """Where a finished run resumes (the ``resume_at`` of its final checkpoint state), if declared."""
+        for spec in self.states.values():
+            if spec.final and spec.checkpoint and spec.resume_at is not None:
+                return spec.resume_at
+        return None
 
     @property
     def checkpoint_states(self) -> set[str]:

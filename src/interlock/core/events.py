@@ -2,7 +2,9 @@
 
 Every chart transition emits the blinker signal named after the leaf state it
 enters (``fit.train.batch.end``), carrying an :class:`Event`. Handlers are
-registered with a glob ``pattern`` over those names, optionally filtered with
+registered with a glob ``pattern`` over those names, or a tag pattern ``"#tag"``
+(``"#a#b"``: the events carrying every one of the tags; tags come from the chart's
+``tags:``, a leaf's own and those of the states above it), optionally filtered with
 ``every=N`` (the event's N-th, 2N-th, ... occurrence) or ``once`` (only its first,
 or its ``once``-th, occurrence). Each signal has one blinker receiver, the bus's
 dispatcher, which calls that event's handlers in registration order: delivery is
@@ -152,8 +154,12 @@ def _describe(handler: Any) -> str:
 class EventBus:
     """The signals of one chart and the handlers registered on them."""
 
-    def __init__(self, names: Sequence[str]) -> None:
+    def __init__(self, names: Sequence[str], tags: Mapping[str, frozenset[str]] | None = None) -> None:
         self.names = tuple(names)
+        #: Each event name's tags (the chart's ``tags:``, inherited down to the leaves).
+        self.tags: Mapping[str, frozenset[str]] = MappingProxyType(
+            {n: frozenset((tags or {}).get(n, ())) for n in self.names}
+        )
         self._namespace = blinker.Namespace()
         self.signals: dict[str, blinker.NamedSignal] = {n: self._namespace.signal(n) for n in self.names}
         self._handlers: dict[str, list[Subscription]] = {n: [] for n in self.names}
@@ -165,6 +171,8 @@ class EventBus:
         """Event names the glob ``pattern`` selects; an error when it selects none."""
         if not isinstance(pattern, str):
             raise TypeError(f"pattern must be a glob string such as 'fit.train.*', got {pattern!r}")
+        if pattern.startswith("#"):
+            return self.tagged(pattern)
         names = tuple(n for n in self.names if fnmatch.fnmatchcase(n, pattern))
         if not names:
             close = [n for n in self.names if pattern.split(".", maxsplit=1)[0] in n][:8]
@@ -172,6 +180,21 @@ class EventBus:
             raise ValueError(
                 f"pattern {pattern!r} matches no event{hint}; events are chart leaf paths such as "
                 f"'fit.train.batch.end'; run `interlock chart` to see them all"
+            )
+        return names
+
+    def tagged(self, pattern: str) -> tuple[str, ...]:
+        """Event names carrying every tag of ``"#a#b"``; an error naming the chart's tags when none does."""
+        wanted = frozenset(pattern.split("#")[1:])
+        if not wanted or "" in wanted:
+            raise ValueError(f"tag pattern {pattern!r} is malformed; write '#tag' or '#tag#other'")
+        names = tuple(n for n in self.names if wanted <= self.tags[n])
+        if not names:
+            known = sorted(set().union(*self.tags.values()))
+            raise ValueError(
+                f"tag pattern {pattern!r} matches no event: no state of this chart carries "
+                f"{'the tags' if len(wanted) > 1 else 'the tag'} {sorted(wanted)} together; "
+                f"the chart's tags: {known}"
             )
         return names
 
@@ -335,6 +358,13 @@ class Listener:
         for name in dir(type(self)):
             if getattr(getattr(type(self), name, None), "__interlock_observe__", False):
                 yield getattr(self, name)
+
+    def bind_tags(self, tags: Mapping[str, frozenset[str]]) -> None:
+        """Called with each event name's tags (the chart the trainer runs) before :meth:`subscriptions`.
+
+        For listeners that treat events by what they mean (the progress bar's label of an
+        evaluation loop): read ``tags[event.name]`` in a handler. The default does nothing.
+        """
 
     def configure(self, config: TrainerConfig) -> None:
         """Called once with the trainer's flags when a Trainer installs this listener (Lightning's ``setup``).

@@ -12,13 +12,19 @@ import torch
 
 from interlock.core.state import TrainerState
 
-__all__ = ["ROW_KEYS", "STAGE_STARTS", "format_metrics", "is_rank_zero", "loss_tensor", "output_dir", "row_metrics"]
+__all__ = ["ROW_KEYS", "format_metrics", "is_rank_zero", "loss_tensor", "output_dir", "row_metrics", "stage_starts"]
 
 #: Keys of a history row that describe it rather than measure something.
 ROW_KEYS = ("stage", "epoch", "global_step")
-#: The first event of each stage. The state holds this process's rank by then (the trainer sets it
-#: during setup) and, unlike later, before a resumed run's state is restored from rank 0's checkpoint.
-STAGE_STARTS = frozenset({"fit.start", "validate.start", "test.start", "predict.start"})
+
+
+def stage_starts(tags: Mapping[str, frozenset[str]]) -> frozenset[str]:
+    """The first event of each stage (tagged ``stage_start``).
+
+    The state holds this process's rank by then (the trainer sets it during setup) and, unlike
+    later, before a resumed run's state is restored from rank 0's checkpoint.
+    """
+    return frozenset(name for name, t in tags.items() if "stage_start" in t)
 
 
 def output_dir(save_dir: str | os.PathLike[str] | None, state: TrainerState, who: str) -> Path:

@@ -184,10 +184,14 @@ class ModelCheckpoint(Listener):
     # -- events --------------------------------------------------------------------------
     def subscriptions(self) -> Iterator[tuple[str, Handler, int | None, bool | int]]:
         if self.every_n_train_steps or self.train_time_interval is not None:
-            yield "fit.train.batch.end", self.on_train_batch_end, None, False
+            yield "#train_batch_end", self.on_train_batch_end, None, False
         if self.every_n_epochs:
-            yield "fit.train.val.end", self.on_validation_end, None, False
-        yield "fit.train.epoch_end", self.on_train_epoch_end, None, False
+            yield "#fit#val#eval_end", self.on_validation_end, None, False
+        yield "#epoch_end", self.on_train_epoch_end, None, False
+
+    def bind_tags(self, tags: Mapping[str, frozenset[str]]) -> None:
+        """Learn the events that end a validation loop inside fit (their counts say validation ran)."""
+        self._val_ends = tuple(n for n, t in tags.items() if {"fit", "val", "eval_end"} <= t)
 
     def on_train_batch_end(self, event: Event, state: TrainerState) -> list[Update] | None:
         stored = self.stored(state)
@@ -339,7 +343,8 @@ class ModelCheckpoint(Listener):
         """At an epoch end every metric has appeared once validation ran: a missing monitor is a mistake."""
         if self.monitor is None or self.monitor in _candidates(state):
             return
-        if state.counts.get("fit.train.val.end", 0) > 0 or self.monitor.startswith("train_"):
+        validated = any(state.counts.get(n, 0) for n in getattr(self, "_val_ends", ()))
+        if validated or self.monitor.startswith("train_"):
             raise KeyError(
                 f"ModelCheckpoint(monitor={self.monitor!r}) found no such metric; the metrics are "
                 f"{sorted(state.metrics)}: return it from a step or fix 'monitor'"

@@ -51,17 +51,12 @@ class CSVLogger(Listener):
         """The CSV file for the run ``state`` describes."""
         return output_dir(self.save_dir, state, "CSVLogger") / self.name
 
-    @listen("fit.start")
-    @listen("validate.start")
-    @listen("test.start")
-    @listen("predict.start")
+    @listen("#stage_start")
     def on_stage_start(self, event: Event, state: TrainerState) -> None:
         self._rank_zero = state.is_global_zero
 
-    @listen("fit.train.epoch_end")
-    @listen("fit.train.val.end")
-    @listen("validate.end")
-    @listen("test.end")
+    @listen("#epoch_end")
+    @listen("#eval_end")
     @listen("teardown")
     def on_rows(self, event: Event, state: TrainerState) -> SetListenerState | None:
         if not is_rank_zero(self._rank_zero, state):

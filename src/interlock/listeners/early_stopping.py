@@ -95,8 +95,8 @@ class EarlyStopping(Listener):
         if self.check_on is not None:
             yield self.check_on, self.on_check, None, False
             return
-        yield "fit.train.val.end", self.on_validation_end, None, False
-        yield "fit.train.epoch_end", self.on_train_epoch_end, None, False
+        yield "#fit#val#eval_end", self.on_validation_end, None, False
+        yield "#epoch_end", self.on_train_epoch_end, None, False
 
     def on_validation_end(self, event: Event, state: TrainerState) -> list[Update] | None:
         if self._on_epoch_end:

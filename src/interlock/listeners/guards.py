@@ -13,14 +13,14 @@ __all__ = ["FiniteGuard"]
 class FiniteGuard(Listener):
     """Fail the run when a training loss is NaN or infinite, before its backward pass.
 
-    On every ``fit.train.batch.backward`` it checks ``torch.isfinite(loss).all()``.
+    On every state tagged ``backward`` (``fit.train.batch.backward``) it checks ``torch.isfinite(loss).all()``.
     That is one small device op and **one host sync per batch** (reading the
     boolean), but no ``.item()`` of the loss. A non-finite loss raises
     ``FloatingPointError`` naming the epoch, global step and batch index; the run
     then ends through the chart's ``fail`` transition.
     """
 
-    @listen("fit.train.batch.backward")
+    @listen("#backward")
     def on_backward(self, event: Event) -> None:
         loss = loss_tensor(event.payload.get("outputs"))
         if loss is None or bool(torch.isfinite(loss.detach()).all()):

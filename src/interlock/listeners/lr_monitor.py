@@ -23,7 +23,7 @@ from interlock.core.updates import LogMetrics
 __all__ = ["LR_PAYLOAD_KEY", "LearningRateMonitor", "lr_metric_names"]
 
 LR_PAYLOAD_KEY = "lr"
-_EVENTS = {"epoch": "fit.train.epoch_start", "step": "fit.train.batch.optimizer_step"}
+_EVENTS = {"epoch": "#epoch_start", "step": "#optimizer_step"}
 
 
 def lr_metric_names(optimizers: Sequence[tuple[Any, ...]]) -> list[str]:
@@ -55,11 +55,18 @@ class LearningRateMonitor(Listener):
     def subscriptions(self) -> Iterator[tuple[str, Callable[..., Any], int | None, bool | int]]:
         # Callable[..., Any], not events.Handler: these handlers take only the event, which the bus allows
         # (it reads each handler's signature) but Handler, typed as (event, state), does not say
-        for interval, name in _EVENTS.items():
+        handlers = {"epoch": self.on_epoch_start, "step": self.on_optimizer_step}
+        for interval, pattern in _EVENTS.items():
             if self.logging_interval in (None, interval):
-                yield name, self.on_log, None, False
+                yield pattern, handlers[interval], None, False
 
-    def on_log(self, event: Event) -> LogMetrics | None:
+    def on_epoch_start(self, event: Event) -> LogMetrics | None:
+        return self._log(event, "epoch")
+
+    def on_optimizer_step(self, event: Event) -> LogMetrics | None:
+        return self._log(event, "step")
+
+    def _log(self, event: Event, interval: str) -> LogMetrics | None:
         optimizers: Any = event.payload.get(LR_PAYLOAD_KEY)
         if optimizers is None:
             raise RuntimeError(
@@ -68,7 +75,6 @@ class LearningRateMonitor(Listener):
                 "and this trainer does not provide them; remove LearningRateMonitor from the listeners"
             )
         names = iter(lr_metric_names(optimizers))
-        interval = "epoch" if event.name == _EVENTS["epoch"] else "step"
         logged: dict[str, float] = {}
         for _, groups, *rest in optimizers:
             own = rest[0] if rest else ""

@@ -4,25 +4,19 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, TextIO
 
 from interlock.core.events import Event, Handler, Listener, listen
 from interlock.core.state import TrainerState
-from interlock.listeners._util import STAGE_STARTS, format_metrics, loss_tensor
+from interlock.listeners._util import format_metrics, loss_tensor, stage_starts
 
 __all__ = ["ProgressBar"]
 
-#: Evaluation loops (chart paths) and how the bar names them.
-_EVAL = {
-    "fit.sanity": "Sanity Checking",
-    "fit.train.val": "Validation",
-    "validate": "Validation",
-    "test": "Testing",
-    "predict": "Predicting",
-}
+#: Evaluation loops (the chart's scope tags) and how the bar names them.
+_EVAL = {"sanity": "Sanity Checking", "val": "Validation", "test": "Testing", "predict": "Predicting"}
 #: The metrics each evaluation loop reports.
-_PREFIX = {"fit.train.val": "val_", "validate": "val_", "test": "test_"}
+_PREFIX = {"val": "val_", "test": "test_"}
 _MODES = ("auto", "bar", "lines")
 #: Handlers of per-batch events: registered only when bars are drawn.
 _PER_BATCH = frozenset({"on_train_batch_end", "on_eval_batch_end"})
@@ -64,6 +58,15 @@ class ProgressBar(Listener):
         self._total: int | None = None  # batches of a training epoch, learned from the last one
         self._use_bars = mode == "bar" or (mode == "auto" and _isatty(self._stream()))
         self._rank_zero: bool | None = None  # this process's rank is 0 (None: not known yet)
+        self._loops: dict[str, str] = {}  # event name -> its evaluation loop's scope tag
+        self._in_fit: frozenset[str] = frozenset()
+        self._stage_starts: frozenset[str] = frozenset()
+
+    def bind_tags(self, tags: Mapping[str, frozenset[str]]) -> None:
+        """Learn which evaluation loop (``sanity``, ``val``, ``test``, ``predict``) each event belongs to."""
+        self._loops = {name: kind for name, t in tags.items() for kind in _EVAL if kind in t}
+        self._in_fit = frozenset(name for name, t in tags.items() if "fit" in t)
+        self._stage_starts = stage_starts(tags)
 
     def subscriptions(self) -> Iterator[tuple[str, Handler, int | None, bool | int]]:
         """The declared handlers, less the per-batch ones unless bars are drawn."""
@@ -82,7 +85,7 @@ class ProgressBar(Listener):
         return self.file if self.file is not None else sys.stdout
 
     def _learn_rank(self, event: Event, state: TrainerState) -> None:
-        if event.name in STAGE_STARTS:
+        if event.name in self._stage_starts:
             self._rank_zero = state.is_global_zero
 
     def _line(self, text: str) -> None:
@@ -109,11 +112,11 @@ class ProgressBar(Listener):
     def on_setup(self, event: Event) -> None:
         self.close()
 
-    @listen("fit.start")
+    @listen("#fit#stage_start")
     def on_fit_start(self, event: Event, state: TrainerState) -> None:
         self._learn_rank(event, state)
 
-    @listen("fit.train.epoch_start")
+    @listen("#epoch_start")
     def on_train_epoch_start(self, event: Event) -> None:
         self._started["train"] = (time.monotonic(), event.batch_idx)
         if self.enabled and self._use_bars:
@@ -130,7 +133,7 @@ class ProgressBar(Listener):
             bar.update(event.batch_idx)
         return bar
 
-    @listen("fit.train.batch.end")
+    @listen("#train_batch_end")
     def on_train_batch_end(self, event: Event) -> None:
         n = event.batch_idx
         if not self.enabled or n % self.refresh_rate or not self._use_bars:
@@ -143,7 +146,7 @@ class ProgressBar(Listener):
             bar.set_postfix_str(f"loss={loss.detach().item():.4g}", refresh=False)
         bar.update(n - bar.n)
 
-    @listen("fit.train.epoch_end")
+    @listen("#epoch_end")
     def on_train_epoch_end(self, event: Event, state: TrainerState) -> None:
         n = event.batch_idx
         self._total = max(self._total or 0, n) or None
@@ -162,51 +165,47 @@ class ProgressBar(Listener):
             self._line(f"Epoch {event.epoch}: {n} batches{rate}" + (f" | {metrics}" if metrics else ""))
 
     # -- evaluation ------------------------------------------------------------------
-    @listen("fit.sanity.start")
-    @listen("fit.train.val.start")
-    @listen("validate.start")
-    @listen("test.start")
-    @listen("predict.start")
+    @listen("#eval_start")
     def on_eval_start(self, event: Event, state: TrainerState) -> None:
         self._learn_rank(event, state)
-        loop = event.name.removesuffix(".start")
+        loop = self._loop(event)
         self._started[loop] = (time.monotonic(), 0)
         if self.enabled and self._use_bars:
             self._eval_bar(loop)
 
-    def _eval_bar(self, loop: str) -> Any:
-        return self._bar(loop, _EVAL[loop], None, 0, leave=not loop.startswith("fit."))
+    def _loop(self, event: Event) -> str:
+        """The bar's key: the loop's scope tag, ``fit:``-prefixed inside fit (``""``: an untagged loop)."""
+        kind = self._loops.get(event.name, "")
+        return f"fit:{kind}" if event.name in self._in_fit else kind
 
-    @listen("fit.sanity.batch.end")
-    @listen("fit.train.val.batch.end")
-    @listen("validate.batch.end")
-    @listen("test.batch.end")
-    @listen("predict.batch.end")
+    def _eval_bar(self, loop: str) -> Any:
+        label = _EVAL.get(loop.removeprefix("fit:"), "Evaluating")
+        return self._bar(loop, label, None, 0, leave=not loop.startswith("fit:"))
+
+    @listen("#eval_batch_end")
     def on_eval_batch_end(self, event: Event) -> None:
         if self.enabled and self._use_bars:
-            loop = event.name.removesuffix(".batch.end")
+            loop = self._loop(event)
             bar = self._bars.get(loop)
             (self._eval_bar(loop) if bar is None else bar).update(1)
 
-    @listen("fit.sanity.end")
-    @listen("fit.train.val.end")
-    @listen("validate.end")
-    @listen("test.end")
-    @listen("predict.end")
+    @listen("#eval_end")
     def on_eval_end(self, event: Event, state: TrainerState) -> None:
-        loop = event.name.removesuffix(".end")
+        loop = self._loop(event)
+        kind = loop.removeprefix("fit:")
         n = state.progress.eval_batch_idx
         rate = self._rate(loop, n)
-        prefix = _PREFIX.get(loop)
+        prefix = _PREFIX.get(kind)
         metrics = format_metrics({k: v for k, v in state.metrics.items() if k.startswith(prefix)}) if prefix else ""
         bar = self._bars.pop(loop, None)
         if bar is not None:
             if metrics:
                 bar.set_postfix_str(metrics, refresh=False)
             bar.close()
-        elif self.enabled and loop != "fit.sanity" and not self._use_bars:
-            where = f" (epoch {event.epoch})" if loop == "fit.train.val" else ""
-            self._line(f"{_EVAL[loop]}{where}: {n} batches{rate}" + (f" | {metrics}" if metrics else ""))
+        elif self.enabled and kind != "sanity" and not self._use_bars:
+            where = f" (epoch {event.epoch})" if loop.startswith("fit:") else ""
+            label = _EVAL.get(kind, "Evaluating")
+            self._line(f"{label}{where}: {n} batches{rate}" + (f" | {metrics}" if metrics else ""))
 
     # -- the end ---------------------------------------------------------------------
     @listen("teardown")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +11,7 @@ from interlock.core.config import TrainerConfig
 from interlock.core.events import Event, Handler, Listener, listen
 from interlock.core.state import TrainerState
 from interlock.core.updates import SetListenerState
-from interlock.listeners._util import STAGE_STARTS, is_rank_zero, loss_tensor, output_dir, row_metrics
+from interlock.listeners._util import is_rank_zero, loss_tensor, output_dir, row_metrics, stage_starts
 
 __all__ = ["TensorBoardLogger"]
 
@@ -43,6 +43,11 @@ class TensorBoardLogger(Listener):
         self._dir: Path | None = Path(save_dir) if save_dir is not None else None
         self._writer: Any = None
         self._rank_zero: bool | None = None  # this process's rank is 0 (None: not known yet)
+        self._stage_starts: frozenset[str] = frozenset()
+
+    def bind_tags(self, tags: Mapping[str, frozenset[str]]) -> None:
+        """Learn which events start a stage (where this process's rank is read)."""
+        self._stage_starts = stage_starts(tags)
 
     def configure(self, config: TrainerConfig) -> None:
         """Take the Trainer's ``log_every_n_steps`` unless one was given here."""
@@ -73,12 +78,10 @@ class TensorBoardLogger(Listener):
             self._writer = SummaryWriter(log_dir=str(self._dir))
         return self._writer
 
-    @listen("fit.start")
-    @listen("fit.train.epoch_start")
-    @listen("validate.start")
-    @listen("test.start")
+    @listen("#stage_start")
+    @listen("#epoch_start")
     def on_stage_start(self, event: Event, state: TrainerState) -> None:
-        if event.name in STAGE_STARTS:
+        if event.name in self._stage_starts:
             self._rank_zero = state.is_global_zero
         if self._rank_zero is not False:
             self._locate(state)
@@ -89,7 +92,7 @@ class TensorBoardLogger(Listener):
             self.close()
             self._dir = where
 
-    @listen("fit.train.batch.end")
+    @listen("#train_batch_end")
     def on_train_batch_end(self, event: Event) -> None:
         n = self.log_every_n_steps
         due = n and event.trigger == "stepped" and event.global_step % n == 0
@@ -98,10 +101,8 @@ class TensorBoardLogger(Listener):
             if loss is not None and loss.numel() == 1:
                 self._open().add_scalar("train_loss_step", loss.detach().item(), global_step=event.global_step)
 
-    @listen("fit.train.epoch_end")
-    @listen("fit.train.val.end")
-    @listen("validate.end")
-    @listen("test.end")
+    @listen("#epoch_end")
+    @listen("#eval_end")
     def on_rows(self, event: Event, state: TrainerState) -> SetListenerState | None:
         if not is_rank_zero(self._rank_zero, state):
             return None

@@ -13,7 +13,7 @@ from interlock.core.updates import SetListenerState, Stop, Update
 
 __all__ = ["Timer", "parse_duration"]
 
-_INTERVALS = {"step": "fit.train.batch.end", "epoch": "fit.train.epoch_end"}
+_INTERVALS = {"step": "#train_batch_end", "epoch": "#epoch_end"}
 
 
 def parse_duration(duration: str | timedelta | Mapping[str, float]) -> timedelta:
@@ -70,9 +70,9 @@ class Timer(Listener):
     def subscriptions(self) -> Iterator[tuple[str, Callable[..., Any], int | None, bool | int]]:
         # Callable[..., Any], not events.Handler: these handlers take only the event, which the bus allows
         # (it reads each handler's signature) but Handler, typed as (event, state), does not say
-        yield "fit.start", self.on_fit_start, None, False
+        yield "#fit#stage_start", self.on_fit_start, None, False
         yield _INTERVALS[self.interval], self.on_check, None, False
-        yield "fit.end", self.on_fit_end, None, False
+        yield "#fit#stage_end", self.on_fit_end, None, False
 
     def on_fit_start(self, event: Event) -> None:
         self._mark = self.clock()

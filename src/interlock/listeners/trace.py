@@ -17,7 +17,7 @@ from typing import Any, TextIO
 from interlock.core.events import Event, Listener, listen, observe
 from interlock.core.state import TrainerState
 from interlock.core.traceformat import COMPACT
-from interlock.listeners._util import STAGE_STARTS
+from interlock.listeners._util import stage_starts
 
 __all__ = ["TRACE_FILE", "EventTrace"]
 
@@ -25,7 +25,9 @@ TRACE_FILE = "events.jsonl"
 #: Events after which the buffered lines are written: the end of a run, and the
 #: boundaries where a run in progress is most often read (epoch and validation ends).
 _ENDS = frozenset({"finished", "failed", "interrupted"})
-_FLUSH = frozenset({"teardown", "fit.train.epoch_end", "fit.train.val.end", *_ENDS})
+#: (`teardown` and the final states are the runtime's own, outside any stage.) The epoch and
+#: validation ends are learned from the chart's tags (:meth:`EventTrace.bind_tags`).
+_FLUSH = frozenset({"teardown", *_ENDS})
 #: One full-format line; its arguments: time, the JSON members of (event, trigger, source), epoch,
 #: global_step, batch_idx, count, and the error and where members or "".
 _LINE = '{"time": %.6f, %s, "epoch": %s, "global_step": %s, "batch_idx": %s, "count": %s%s}\n'
@@ -190,6 +192,8 @@ class EventTrace(Listener):
         self._rank_zero: bool | None = None  # this process's rank is 0 (None: not known yet)
         self._out: TextIO | None = None  # the open file, between writes of one run
         self._packer: _Packer | None = None  # the compact writer of the open file
+        self._stage_starts: frozenset[str] = frozenset()
+        self._flush_at: frozenset[str] = _FLUSH
 
     @property
     def file(self) -> Path | None:
@@ -200,7 +204,7 @@ class EventTrace(Listener):
     def record(
         self, name: str, trigger: str, source: str, count: int, epoch: int, global_step: int, batch_idx: int
     ) -> None:
-        """Buffer one transition; the lines of the boundaries in ``_FLUSH`` are written by :meth:`on_boundary`."""
+        """Buffer one transition; the lines of the boundaries (``_flush_at``) are written by :meth:`on_boundary`."""
         key = (name, trigger, source)
         try:
             k = self._ids[key]
@@ -210,16 +214,19 @@ class EventTrace(Listener):
             self._loopable.append(".batch." in name and ".batch." in source)
         rows, now = self._rows, _now()
         rows.append((now, k, epoch, global_step, batch_idx, count, "", ""))
-        if (len(rows) >= self.flush_every or now >= self._due) and name not in _FLUSH:
+        if (len(rows) >= self.flush_every or now >= self._due) and name not in self._flush_at:
             self.flush()
 
-    @listen("fit.start")
-    @listen("validate.start")
-    @listen("test.start")
-    @listen("predict.start")
-    @listen("fit.train.epoch_start")
-    @listen("fit.train.epoch_end")
-    @listen("fit.train.val.end")
+    def bind_tags(self, tags: Mapping[str, frozenset[str]]) -> None:
+        """Learn the stage starts and the boundaries to write at (epoch ends, validation ends in fit)."""
+        self._stage_starts = stage_starts(tags)
+        ends = {n for n, t in tags.items() if "epoch_end" in t or {"fit", "val", "eval_end"} <= t}
+        self._flush_at = _FLUSH | frozenset(ends)
+
+    @listen("#stage_start")
+    @listen("#epoch_start")
+    @listen("#epoch_end")
+    @listen("#fit#eval_end")
     @listen("teardown")
     @listen("finished")
     @listen("failed")
@@ -230,11 +237,11 @@ class EventTrace(Listener):
         The observer has already buffered this event's line; a failure adds its error to it.
         """
         name = event.name
-        if name in STAGE_STARTS:
+        if name in self._stage_starts:
             self._rank_zero = state.is_global_zero
         if self.path is None and state.run_dir:
             self._file = Path(state.run_dir) / TRACE_FILE
-        if name not in _FLUSH:
+        if name not in self._flush_at:
             return
         rows = self._rows
         if rows and (event.trigger == "fail" or name == "failed"):

@@ -455,6 +455,13 @@ class Runtime:
         handler(effect)
 
     def _flush_saves(self) -> None:
+        """Write the saves asked for since the last checkpoint state (one write per file).
+
+        A documented rule: saves are written only in ``fit``, the only stage with checkpoint states
+        (a resumable position); the built-in listeners ask for saves only on fit's events
+        (``epoch_end``, ``train_batch_end``, ``eval_end`` in ``fit``), and a save asked for in
+        another stage is dropped, as Lightning's ModelCheckpoint does not save outside fit.
+        """
         saves, self._pending_saves = self._pending_saves, []
         writer = self._effects.get(SaveCheckpoint)
         if writer is None or self._base.stage != "fit":

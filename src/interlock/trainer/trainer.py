@@ -168,15 +168,16 @@ class Trainer:
             self.registry.add_action(name, fn)
         for name, fn in (guards or {}).items():
             self.registry.add_guard(name, fn)
-        self.bus = EventBus(self.statechart.leaves)
+        self.bus = EventBus(self.statechart.leaves, self.statechart.tags)
         self.runtime = Runtime(self.statechart, self.bus, self.registry)
         self.listeners = order_listeners(installed)
-        if (
-            self.lightning_callbacks and "fit.train.batch.end" in self.statechart.leaves
-        ):  # their on_train_batch_end: the event's first handler (before a checkpoint's save)
+        self._batch_ends = [n for n, t in self.statechart.tags.items() if "train_batch_end" in t]
+        if self.lightning_callbacks and self._batch_ends:
+            # their on_train_batch_end: the event's first handler (before a checkpoint's save)
             handler: Any = batch_end_handler(lambda: self.runtime.current_run)  # (event): no state snapshot built
-            self.bus.on("fit.train.batch.end", handler, source="callbacks")
+            self.bus.on("#train_batch_end", handler, source="callbacks")
         for listener in self.listeners:
+            listener.bind_tags(self.bus.tags)
             for pattern, handler, every, once in listener.subscriptions():
                 self.bus.on(pattern, handler, every=every, once=once, source=listener.key)
             for observer in listener.observers():
@@ -200,11 +201,9 @@ class Trainer:
         if callbacks:
             kept_cbs = [c for c in self.lightning_callbacks if not any(isinstance(n, type(c)) for n in callbacks)]
             self.lightning_callbacks = (*kept_cbs, *callbacks)
-            if "fit.train.batch.end" in self.statechart.leaves and not any(
-                s.source == "callbacks" for s in self.bus.handlers("fit.train.batch.end")
-            ):
+            if self._batch_ends and not any(s.source == "callbacks" for s in self.bus.handlers(self._batch_ends[0])):
                 handler: Any = batch_end_handler(lambda: self.runtime.current_run)
-                self.bus.on("fit.train.batch.end", handler, source="callbacks")
+                self.bus.on("#train_batch_end", handler, source="callbacks")
         if not listeners:
             return
         for listener in listeners:
@@ -215,6 +214,7 @@ class Trainer:
         last: list[Listener] = [x for x in ordered if isinstance(x, ModelCheckpoint)]  # Lightning: checkpoints last
         self.listeners = [x for x in ordered if not isinstance(x, ModelCheckpoint)] + last
         for listener in self.listeners:
+            listener.bind_tags(self.bus.tags)
             for pattern, handler_, every, once in listener.subscriptions():
                 self.bus.on(pattern, handler_, every=every, once=once, source=listener.key)
             for observer in listener.observers():

@@ -29,10 +29,7 @@ class LiveView(Listener):
         self.url: str | None = None
         self._server: Any = None
 
-    @listen("fit.start")
-    @listen("validate.start")
-    @listen("test.start")
-    @listen("predict.start")
+    @listen("#stage_start")
     def on_stage_start(self, event: Event, state: TrainerState) -> None:
         """Serve the run directory's parent with this run open (once per process)."""
         if self._server is not None or not state.is_global_zero or not state.run_dir:
