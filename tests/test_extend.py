@@ -299,3 +299,26 @@ def test_listeners_and_connectors_name_no_chart_path_but_the_listed_ones() -> No
         for m in pattern.finditer(path.read_text())
     }
     assert found == KEPT_PATHS
+
+
+def test_the_progress_lines_of_a_renamed_chart_equal_the_originals(tmp_path: Path) -> None:
+    """The progress bar names each loop by its tags: a renamed `fit.train` prints the same lines (rates aside)."""
+    import io
+    import re
+
+    from interlock.listeners import ProgressBar
+
+    outputs = []
+    for name, chart in (("a", None), ("b", write(tmp_path, "renamed.yaml", renamed()))):
+        out = io.StringIO()
+        torch.manual_seed(0)
+        trainer = interlock.Trainer(
+            max_epochs=2, limit_val_batches=2, default_root_dir=tmp_path / name, chart=chart,
+            **only(ProgressBar(mode="lines", file=out)),
+        )  # fmt: skip
+        trainer.fit(TinyModule(), loader(64, 8), loader(32, 8))
+        trainer.validate(TinyModule(), loader(32, 8))
+        outputs.append(re.sub(r", [0-9.]+ it/s", "", out.getvalue()))
+    assert outputs[0] == outputs[1]
+    assert "Validation (epoch 1): 2 batches" in outputs[0] and "Epoch 1: 8 batches" in outputs[0]
+    assert outputs[0].rstrip().splitlines()[-1].startswith("Validation: 2 batches")
