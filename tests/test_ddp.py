@@ -112,7 +112,8 @@ def test_validation_metric_is_the_mean_over_ranks(ddp_run: Any) -> None:
     assert local[0] != pytest.approx(local[1])
     for r in results:
         assert r["shards"]["val_xmean"] == pytest.approx(expected, abs=1e-6)
-        assert r["shards"]["val_xmean"] == pytest.approx(sum(local) / 2, abs=1e-9)
+        # epoch means are reduced in float32 as Lightning does: equal to the mean of the ranks to float32 precision
+        assert r["shards"]["val_xmean"] == pytest.approx(sum(local) / 2, rel=1e-6)
 
 
 def test_stop_on_one_rank_stops_every_rank_at_the_same_step(ddp_run: Any) -> None:

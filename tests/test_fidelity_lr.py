@@ -124,7 +124,8 @@ def test_lr_monitor_default_logs_each_optimizer_at_its_schedulers_interval() -> 
     from interlock.core.events import Event
 
     def log(name: str, payload: Any) -> Any:
-        out = monitor.on_log(Event(name, "t", "s", 1, 0, 0, 0, {"lr": payload}))
+        handler = monitor.on_epoch_start if name.endswith("epoch_start") else monitor.on_optimizer_step
+        out = handler(Event(name, "t", "s", 1, 0, 0, 0, {"lr": payload}))
         return None if out is None else dict(out.metrics)
 
     rates = (("SGD", (0.1,), "epoch"), ("SGD", (0.2,), "step"), ("Adam", (0.3, 0.4), ""))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import math
 import shlex
 import signal
 import sys
@@ -25,6 +26,7 @@ from interlock.connectors.rng import seed_everything
 from interlock.connectors.rundir import LOCK_FILE
 from interlock.core.chart import Chart, load_chart
 from interlock.core.errors import Preempted
+from interlock.listeners.trace import FOLLOWED_FLUSH_SECONDS, EventTrace
 from interlock.loops import default_registry
 from interlock.trainer.trainer import Trainer
 from interlock.viz import read_trace, render
@@ -191,6 +193,9 @@ def _start_view(trainer: Trainer, argv: Sequence[str]) -> Any:
     run_dir = Path(trainer.run_dir).absolute()
     run_dir.parent.mkdir(parents=True, exist_ok=True)  # the run's own folder is made by the run
     server = _view_module().ViewServer(run_dir.parent, run=run_dir.name, argv=argv).start()
+    for listener in trainer.listeners:  # a followed run writes its trace often, so the page moves within an epoch
+        if isinstance(listener, EventTrace) and (listener.flush_seconds or math.inf) > FOLLOWED_FLUSH_SECONDS:
+            listener.flush_seconds = FOLLOWED_FLUSH_SECONDS
     print(f"interlock view: {server.url}", flush=True)
     return server
 

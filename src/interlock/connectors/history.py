@@ -77,8 +77,8 @@ class HistoryLog:
                 self._append(path, encode(history[self.rows : n]))
         except OSError as exc:
             raise OutputError(
-                f"could not write the metric history {path} ({exc.strerror or exc}); checkpoints need it to resume: "
-                "free space or fix the permissions of the run directory",
+                f"cannot write checkpoint: its metric history {path} could not be written ({exc.strerror or exc}); "
+                "the previous checkpoint is unchanged; free space or fix the permissions of the run directory",
                 errno=exc.errno,
             ) from exc
         self.rows = n

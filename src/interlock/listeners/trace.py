@@ -14,12 +14,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+from interlock.core.errors import OutputError
 from interlock.core.events import Event, Listener, listen, observe
 from interlock.core.state import TrainerState
 from interlock.core.traceformat import COMPACT
 from interlock.listeners._util import stage_starts
 
-__all__ = ["TRACE_FILE", "EventTrace"]
+__all__ = ["FOLLOWED_FLUSH_SECONDS", "TRACE_FILE", "EventTrace"]
 
 TRACE_FILE = "events.jsonl"
 #: Events after which the buffered lines are written: the end of a run, and the
@@ -35,6 +36,8 @@ _LINE = '{"time": %.6f, %s, "epoch": %s, "global_step": %s, "batch_idx": %s, "co
 #: batch_idx, count, the error ("" when none) and the transition that raised it ("" when none).
 Row = tuple[float, int, int, int, int, int, str, str]
 _now = time.time
+#: How often the trace of a run followed live (``interlock fit --view``) is written at the least, in seconds.
+FOLLOWED_FLUSH_SECONDS = 0.25
 #: The longest loop (in transitions) the compact trace counts instead of writing.
 _LONGEST_LOOP = 32
 
@@ -267,6 +270,16 @@ class EventTrace(Listener):
         file = self._file
         if file is None:
             return
+        try:
+            self._write(file, rows, final)
+        except OSError as exc:
+            raise OutputError(
+                f"could not write the event trace {file} ({exc.strerror or exc}); free space or fix the "
+                "permissions of the run directory, or pass Trainer(enable_trace=False)",
+                errno=exc.errno,
+            ) from exc
+
+    def _write(self, file: Path, rows: list[Row], final: bool) -> None:
         fh = self._out
         if fh is None or fh.name != str(file):
             self.close()
