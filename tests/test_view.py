@@ -399,14 +399,17 @@ document.addEventListener("DOMContentLoaded", () => {
 
 
 def _events_in(data: bytes) -> int:
-    """The transitions the complete lines of a trace hold (a compact repeat line holds many, a key line none)."""
+    """The timeline points the complete lines of a trace hold: what the page's scrubber counts.
+
+    A transition line is one point, a compact repeat line (a loop taken many times) is one point, a header
+    or key line none.
+    """
     from interlock.core.traceformat import Decoder
 
     decoder, events = Decoder(), 0
     for line in data.decode("utf-8").splitlines(keepends=True):
         if line.endswith("\n") and line.strip():
-            for record in decoder.feed(json.loads(line)):
-                events += int(record.get("times", 1)) * len(record.get("cycle") or [record])
+            events += len(decoder.feed(json.loads(line)))
     return events
 
 
@@ -425,11 +428,6 @@ def _watch_writes(trace: Path, writes: list[tuple[float, int]], stop: threading.
         time.sleep(0.005)
 
 
-@pytest.mark.xfail(
-    reason="known issue since the compact trace (issue 23): at the end of a run the page still lags the file "
-    "(172 of 184 transitions shown 2 s after they were written); the follow delay needs re-measuring and fixing",
-    strict=False,
-)
 def test_the_page_shows_what_a_live_run_writes_within_a_second(browser: Any, tmp_path: Path) -> None:
     """The median delay from the run writing trace lines to the page showing them is under 1 s."""
     cfg = _slow_config(tmp_path, epochs=6, delay=0.12)
@@ -461,7 +459,7 @@ def test_the_page_shows_what_a_live_run_writes_within_a_second(browser: Any, tmp
         if written_at < live_from or lines == 0:
             continue  # written before the page followed the run
         seen = next((t for t, count in shown if count >= lines), None)
-        assert seen is not None, f"the page never showed the {lines} transitions written at {written_at}: {shown[-3:]}"
+        assert seen is not None, f"the page never showed the {lines} points written at {written_at}: {shown[-3:]}"
         delays.append(max(0.0, seen - written_at))
     assert len(delays) >= 3, (writes, shown)
     median = sorted(delays)[len(delays) // 2]
