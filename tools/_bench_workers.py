@@ -802,11 +802,24 @@ def run_long(spec: dict[str, Any]) -> dict[str, Any]:
     )
 
     cpu: list[float] = []
+    fsync_s = [0.0]  # seconds waited in os.fsync so far (checkpoints, history): the disk's part of an epoch
+    fsyncs: list[float] = []
+    real_fsync = os.fsync
+
+    def timed_fsync(fd: Any) -> None:
+        t0 = time.perf_counter()
+        try:
+            real_fsync(fd)
+        finally:
+            fsync_s[0] += time.perf_counter() - t0
+
+    os.fsync = timed_fsync
 
     def observe(name: str, *_: Any) -> None:
         if name == "fit.train.epoch_start":
             starts.append(time.perf_counter())
             cpu.append(time.process_time())
+            fsyncs.append(fsync_s[0])
             last = Path(trainer.state.run_dir or root) / "checkpoints" / "last.ckpt"
             with contextlib.suppress(OSError):
                 sizes.append(last.stat().st_size)
@@ -824,6 +837,7 @@ def run_long(spec: dict[str, Any]) -> dict[str, Any]:
     return {
         "epoch_ms": [(b - a) * 1e3 for a, b in itertools.pairwise(starts)],
         "epoch_cpu_ms": [(b - a) * 1e3 for a, b in itertools.pairwise(cpu)],
+        "epoch_fsync_ms": [(b - a) * 1e3 for a, b in itertools.pairwise(fsyncs)],
         "ckpt_bytes": sizes,
         "files": files,
         "steps": steps,
