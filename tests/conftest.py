@@ -84,6 +84,7 @@ def only(*listeners: Any) -> dict[str, Any]:
         "listeners": list(listeners),
         "logger": False,
         "enable_trace": False,
+        "enable_model_summary": False,
         "enable_progress_bar": any(isinstance(x, ProgressBar) for x in listeners),
         "enable_checkpointing": any(isinstance(x, ModelCheckpoint) for x in listeners),
     }

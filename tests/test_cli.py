@@ -248,7 +248,7 @@ def test_listeners_prints_order_and_handlers_per_event(
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(
         "trainer:\n  enable_checkpointing: false\n  enable_progress_bar: false\n  logger: false\n"
-        "  enable_trace: false\n  listeners:\n"
+        "  enable_trace: false\n  enable_model_summary: false\n  listeners:\n"
         "    - class_path: cli_plugins.Counter\n      init_args: {key: second, after: [first]}\n"
         "    - class_path: cli_plugins.Counter\n      init_args: {key: first}\n",
         encoding="utf-8",
@@ -260,7 +260,7 @@ def test_listeners_prints_order_and_handlers_per_event(
     assert lines["fit.train.epoch_end"].split()[1:] == ["first.on_epoch_end", "->", "second.on_epoch_end"]
     assert "[once, #1]" in lines["fit.end"] and "fit.train.batch.end" not in lines
     off = ["--trainer.enable_checkpointing", "false", "--trainer.enable_progress_bar", "false"]
-    off += ["--trainer.logger", "false", "--trainer.enable_trace", "false"]
+    off += ["--trainer.logger", "false", "--trainer.enable_trace", "false", "--trainer.enable_model_summary", "false"]
     assert main(["listeners", *off]) == 0
     assert "no listeners" in capsys.readouterr().out
     assert main(["listeners"]) == 0

@@ -158,23 +158,31 @@ def _keys(trainer: interlock.Trainer) -> list[str]:
 def test_defaults_are_kept_when_listeners_are_added_and_removed_by_the_flags(tmp_path: Path) -> None:
     """Adding a listener keeps the defaults; one of a default's kind replaces it; the enable_* flags remove them."""
     added = interlock.Trainer(listeners=[EarlyStopping("m")], default_root_dir=tmp_path)
-    assert _keys(added) == ["ProgressBar", "CSVLogger", "EventTrace", "EarlyStopping", "ModelCheckpoint"]
+    assert _keys(added) == [
+        "ProgressBar",
+        "ModelSummary",
+        "CSVLogger",
+        "EventTrace",
+        "EarlyStopping",
+        "ModelCheckpoint",
+    ]
     mine = ModelCheckpoint(monitor="val_loss")
     replaced = interlock.Trainer(callbacks=[mine, ProgressBar(refresh_rate=5)], default_root_dir=tmp_path)
-    assert sorted(_keys(replaced)) == ["CSVLogger", "EventTrace", "ModelCheckpoint", "ProgressBar"]
+    assert sorted(_keys(replaced)) == ["CSVLogger", "EventTrace", "ModelCheckpoint", "ModelSummary", "ProgressBar"]
     assert mine in replaced.listeners
     bare = interlock.Trainer(
         enable_checkpointing=False,
         enable_progress_bar=False,
+        enable_model_summary=False,
         logger=False,
         enable_trace=False,
         default_root_dir=tmp_path,
     )
     assert bare.listeners == []
     logger = CSVLogger(name="other.csv")
-    assert interlock.Trainer(logger=logger, enable_trace=False, default_root_dir=tmp_path).listeners[1] is logger
+    assert interlock.Trainer(logger=logger, enable_trace=False, default_root_dir=tmp_path).listeners[2] is logger
     assert isinstance(
-        interlock.Trainer(logger=[logger, EventTrace()], default_root_dir=tmp_path).listeners[1], CSVLogger
+        interlock.Trainer(logger=[logger, EventTrace()], default_root_dir=tmp_path).listeners[2], CSVLogger
     )
 
 

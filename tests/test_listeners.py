@@ -587,14 +587,14 @@ def test_lr_monitor_logs_lightning_names_from_the_payload() -> None:
 
 # -- defaults -----------------------------------------------------------------------
 def test_default_listeners_order() -> None:
-    """Progress bar, CSV logger, event trace, then ModelCheckpoint(save_last=True) last when it exists."""
+    """Progress bar, model summary, CSV logger, event trace, then ModelCheckpoint(save_last=True) last."""
     names = [type(x).__name__ for x in default_listeners()]
-    assert names[:3] == ["ProgressBar", "CSVLogger", "EventTrace"]
+    assert names[:4] == ["ProgressBar", "ModelSummary", "CSVLogger", "EventTrace"]
     if importlib.util.find_spec("interlock.listeners.checkpoint") is not None:
-        assert names[3:] == ["ModelCheckpoint"]
+        assert names[4:] == ["ModelCheckpoint"]
         assert default_listeners()[-1].save_last is True  # type: ignore[attr-defined]
     else:
-        assert names[3:] == []
+        assert names[4:] == []
 
 
 def test_trainer_defaults_write_metrics_and_trace(
@@ -605,5 +605,7 @@ def test_trainer_defaults_write_metrics_and_trace(
     trainer.fit(DigitsClassifier(), digits.train_dataloader(), digits.val_dataloader())
     run = Path(trainer.state.run_dir)
     assert (run / "metrics.csv").is_file() and read_trace(run).is_final
-    assert "Epoch 0: 2 batches" in capsys.readouterr().out
-    assert isinstance(trainer.listeners[1], CSVLogger)
+    out = capsys.readouterr().out
+    assert "Epoch 0: 2 batches" in out
+    assert out.index("Trainable params") < out.index("Epoch 0: 2 batches")  # the model summary, first
+    assert isinstance(trainer.listeners[2], CSVLogger)

@@ -225,7 +225,7 @@ def test_lightning_public_names_import_from_the_same_paths(module: str, names: l
         ("loggers", "MLFlowLogger", "not in interlock yet"),
         ("loggers", "WandbLogger", "not in interlock yet"),
         ("utilities", "CombinedLoader", "list of loaders"),
-        ("callbacks", "ModelSummary", "interlock.lightning.utilities.model_summary"),
+        ("callbacks", "RichModelSummary", "the same table in plain text"),
     ],
 )
 def test_a_lightning_name_without_equivalent_fails_at_import_naming_the_alternative(

@@ -2,7 +2,7 @@
 
 ``Callback`` is Lightning's base class, run at Lightning's moments (docs/porting.md#callbacks).
 
-``ModelCheckpoint``, ``EarlyStopping``, ``LearningRateMonitor``, ``Timer`` and
+``ModelCheckpoint``, ``EarlyStopping``, ``LearningRateMonitor``, ``Timer``, ``ModelSummary`` and
 ``TQDMProgressBar`` (``ProgressBar``) are the native listeners. Lightning's attributes that
 read run state (``best_model_path``, ``best_model_score``, ``time_elapsed()``) read the state
 of the trainer that last ran them. A Lightning argument interlock cannot honour raises at
@@ -25,6 +25,7 @@ from interlock.lightning.callback import Callback
 from interlock.listeners import EarlyStopping as _EarlyStopping
 from interlock.listeners import LearningRateMonitor as _LearningRateMonitor
 from interlock.listeners import ModelCheckpoint as _ModelCheckpoint
+from interlock.listeners import ModelSummary as _ModelSummary
 from interlock.listeners import ProgressBar as _ProgressBar
 from interlock.listeners import Timer as _Timer
 
@@ -33,6 +34,7 @@ __all__ = [
     "EarlyStopping",
     "LearningRateMonitor",
     "ModelCheckpoint",
+    "ModelSummary",
     "ProgressBar",
     "TQDMProgressBar",
     "Timer",
@@ -211,6 +213,19 @@ class TQDMProgressBar(_ProgressBar):
 
 ProgressBar = TQDMProgressBar
 
+
+class ModelSummary(_ModelSummary):
+    """Lightning's ``ModelSummary(max_depth)``: the layer table printed at the start of each fit."""
+
+    def __init__(self, max_depth: int = 1, **summarize_kwargs: Any) -> None:
+        if summarize_kwargs:
+            raise TypeError(
+                f"ModelSummary({', '.join(f'{k}=...' for k in summarize_kwargs)}): interlock's summary takes only "
+                "max_depth (Lightning passes the others to RichModelSummary's table)"
+            )
+        super().__init__(max_depth=max_depth)
+
+
 _NATIVE = "write an interlock.Listener (docs/listeners.md)"
 __getattr__ = missing(
     "interlock.lightning.callbacks",
@@ -222,10 +237,7 @@ __getattr__ = missing(
         "BaseFinetuning": f"freeze and unfreeze parameters in module hooks (on_train_epoch_start), or {_NATIVE}",
         "GradientAccumulationScheduler": "use Trainer(accumulate_grad_batches=N) (a fixed count)",
         "LambdaCallback": "use trainer.on('event.name', handler) or an interlock.Listener",
-        "ModelSummary": "print(interlock.lightning.utilities.model_summary.ModelSummary(model, max_depth)) yourself; "
-        "the Trainer prints no summary",
-        "RichModelSummary": "print(interlock.lightning.utilities.model_summary.ModelSummary(model, max_depth)) "
-        "yourself; the Trainer prints no summary",
+        "RichModelSummary": "use ModelSummary(max_depth) (the same table in plain text)",
         "RichProgressBar": "use TQDMProgressBar (interlock's ProgressBar)",
         "OnExceptionCheckpoint": "interlock saves last.ckpt on preemption and Ctrl-C by itself (docs/resuming.md)",
         "BasePredictionWriter": "write trainer.predict(...)'s returned list yourself",

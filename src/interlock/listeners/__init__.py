@@ -14,6 +14,7 @@ from interlock.listeners.early_stopping import EarlyStopping
 from interlock.listeners.guards import FiniteGuard
 from interlock.listeners.lr_monitor import LearningRateMonitor
 from interlock.listeners.progress import ProgressBar
+from interlock.listeners.summary import ModelSummary
 from interlock.listeners.tensorboard import TensorBoardLogger
 from interlock.listeners.timer import Timer
 from interlock.listeners.trace import EventTrace
@@ -25,6 +26,7 @@ __all__ = [
     "FiniteGuard",
     "LearningRateMonitor",
     "ModelCheckpoint",
+    "ModelSummary",
     "ProgressBar",
     "TensorBoardLogger",
     "Timer",
@@ -35,6 +37,7 @@ __all__ = [
 def default_listeners() -> list[Listener]:
     """The listeners a Trainer gets when none are passed.
 
-    ``ProgressBar()``, ``CSVLogger()``, ``EventTrace()`` and, last, ``ModelCheckpoint(save_last=True)``.
+    ``ProgressBar()``, ``ModelSummary()``, ``CSVLogger()``, ``EventTrace()`` and, last,
+    ``ModelCheckpoint(save_last=True)``.
     """
-    return [ProgressBar(), CSVLogger(), EventTrace(), ModelCheckpoint(save_last=True)]
+    return [ProgressBar(), ModelSummary(), CSVLogger(), EventTrace(), ModelCheckpoint(save_last=True)]

@@ -10,12 +10,27 @@ from __future__ import annotations
 
 from interlock.connectors import checkpoint, data, hardware, metrics, optim, rng, rundir, signals
 from interlock.core.registry import Registry
-from interlock.loops import evaluation, hooks, schedule, stage, train
+from interlock.loops import evaluation, hooks, model, schedule, stage, train
 
 __all__ = ["default_registry"]
 
 #: Every module that registers part of the built-in chart's vocabulary, in registration order.
-OWNERS = (stage, train, evaluation, hooks, schedule, data, optim, metrics, checkpoint, rundir, signals, rng, hardware)
+OWNERS = (
+    stage,
+    train,
+    evaluation,
+    hooks,
+    model,
+    schedule,
+    data,
+    optim,
+    metrics,
+    checkpoint,
+    rundir,
+    signals,
+    rng,
+    hardware,
+)
 
 
 def default_registry() -> Registry:

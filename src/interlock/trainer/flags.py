@@ -1,8 +1,8 @@
 """Trainer flags that choose listeners, and Lightning Trainer arguments interlock spells differently.
 
 Lightning keeps its default callbacks when you add one; so does interlock: the
-defaults (progress bar, CSV logger, event trace, ``ModelCheckpoint(save_last=True)``)
-are always installed unless ``enable_progress_bar=False``, ``logger=False``,
+defaults (progress bar, model summary, CSV logger, event trace, ``ModelCheckpoint(save_last=True)``)
+are always installed unless ``enable_progress_bar=False``, ``enable_model_summary=False``, ``logger=False``,
 ``enable_trace=False`` (interlock's own) or ``enable_checkpointing=False`` removes
 them, and a listener you pass of a default's kind (a ``ModelCheckpoint``, a ``ProgressBar``) replaces that default.
 """
@@ -76,10 +76,11 @@ def check_lightning_flags(extra: Mapping[str, Any], init: Callable[..., Any]) ->
         raise TypeError(f"Trainer() got an unexpected keyword argument {name!r}{hint}")
 
 
-def check_model_summary(value: Any) -> None:
-    """``enable_model_summary`` is accepted as a bool or None and does nothing: interlock prints no model summary."""
+def check_model_summary(value: Any) -> bool:
+    """``enable_model_summary``: ``None`` means ``True`` (Lightning's default); anything but a bool is an error."""
     if value is not None and not isinstance(value, bool):
         raise ValueError(f"Trainer(enable_model_summary={value!r}) is invalid: expected True, False or None")
+    return value is not False
 
 
 def split_callbacks(name: str, value: Any) -> tuple[Any, list[Any]]:
@@ -136,6 +137,7 @@ def resolve_listeners(
     enable_progress_bar: bool,
     enable_trace: bool,
     config: TrainerConfig,
+    enable_model_summary: bool = False,
 ) -> list[Listener]:
     """The listeners a Trainer installs: the defaults the flags keep, then the given ones, configured.
 
@@ -143,8 +145,9 @@ def resolve_listeners(
     ``True``/``None`` keeps the default ``CSVLogger``; ``False`` drops it; a listener or a
     list of them replaces it. A ``ProgressBar``, ``CSVLogger``, ``EventTrace`` or
     ``ModelCheckpoint`` among the given listeners replaces the default of its kind.
+    ``enable_model_summary`` adds ``ModelSummary()`` after the progress bar unless one is given.
     """
-    from interlock.listeners import CSVLogger, EventTrace, ModelCheckpoint, ProgressBar
+    from interlock.listeners import CSVLogger, EventTrace, ModelCheckpoint, ModelSummary, ProgressBar
 
     if listeners is not None and callbacks is not None:
         raise TypeError("Trainer(listeners=..., callbacks=...): callbacks is Lightning's name for listeners; pass one")
@@ -172,6 +175,8 @@ def resolve_listeners(
     defaults: list[Listener] = []
     if enable_progress_bar and not any(isinstance(x, ProgressBar) for x in chosen):
         defaults.append(ProgressBar())
+    if enable_model_summary and not any(isinstance(x, ModelSummary) for x in chosen):
+        defaults.append(ModelSummary())
     out = defaults + loggers
     if enable_trace and not any(isinstance(x, EventTrace) for x in chosen):
         out.append(EventTrace())

@@ -67,7 +67,8 @@ class Trainer:
         logger: ``True`` (the default ``CSVLogger``), ``False`` (none), or a listener or list of them instead.
         enable_checkpointing: ``False``: no default ``ModelCheckpoint`` (passing one is then an error).
         enable_progress_bar: ``False``: no default ``ProgressBar`` (passing one is then an error).
-        enable_model_summary: Accepted for Lightning's sake; interlock prints no model summary.
+        enable_model_summary: Print the module's layer table at the start of each fit (the default, as in
+            Lightning; ``None`` means ``True``); ``False``: no default ``ModelSummary`` listener.
         enable_trace: ``False``: no default ``EventTrace`` (interlock's own flag).
         min_epochs: A stop request (early stopping) waits until this many epochs are done.
         min_steps: A stop request waits until this many optimizer steps are done.
@@ -123,7 +124,7 @@ class Trainer:
         **lightning_only: Any,
     ) -> None:
         check_lightning_flags(lightning_only, Trainer.__init__)
-        check_model_summary(enable_model_summary)
+        summary = check_model_summary(enable_model_summary)
         self.config = TrainerConfig(
             max_epochs=max_epochs,
             max_steps=max_steps,
@@ -153,7 +154,7 @@ class Trainer:
         #: the Lightning-style callbacks, called by the chart's hook actions (Lightning's order)
         self.lightning_callbacks: tuple[Any, ...] = (*own, *given)
         installed = resolve_listeners(
-            listeners, callbacks, logger, enable_checkpointing, enable_progress_bar, enable_trace, self.config
+            listeners, callbacks, logger, enable_checkpointing, enable_progress_bar, enable_trace, self.config, summary
         )
         self.hardware = resolve_hardware(accelerator, devices, strategy, precision)
         if deterministic:

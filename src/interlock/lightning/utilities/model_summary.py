@@ -3,22 +3,25 @@
 The numbers are Lightning's (``layer_names``, ``layer_types``, ``param_nums``, ``total_parameters``,
 ``trainable_parameters``, ``model_size`` at 32 bits, ``training_modes``); the input/output sizes and
 FLOPs, which Lightning measures with a forward pass of ``example_input_array``, are not computed.
+``str()`` is the table the ``ModelSummary`` listener prints (``interlock.core.summary``).
 """
 
 from __future__ import annotations
 
 from torch import nn
 
-__all__ = ["ModelSummary", "summarize"]
+from interlock.core.summary import check_max_depth, describe, human_count
+
+__all__ = ["ModelSummary", "get_human_readable_count", "summarize"]
+
+get_human_readable_count = human_count
 
 
 class ModelSummary:
     """The layers of ``model`` down to ``max_depth`` (1: its children; -1: every module; 0: none)."""
 
     def __init__(self, model: nn.Module, max_depth: int = 1) -> None:
-        if not isinstance(max_depth, int) or isinstance(max_depth, bool) or max_depth < -1:
-            raise ValueError(f"ModelSummary(max_depth={max_depth!r}): use -1 (all), 0 (none) or a depth > 0")
-        self._model, self._max_depth = model, max_depth
+        self._model, self._max_depth = model, check_max_depth("ModelSummary", max_depth)
 
     @property
     def named_modules(self) -> list[tuple[str, nn.Module]]:
@@ -70,26 +73,7 @@ class ModelSummary:
         return self.total_parameters * 4e-6
 
     def __str__(self) -> str:
-        rows = [
-            (str(i), name, kind, f"{n:,}", "train" if mode else "eval")
-            for i, (name, kind, n, mode) in enumerate(
-                zip(self.layer_names, self.layer_types, self.param_nums, self.training_modes, strict=True)
-            )
-        ]
-        head = ("", "Name", "Type", "Params", "Mode")
-        widths = [max(len(r[c]) for r in [head, *rows]) for c in range(len(head))]
-        line = lambda r: " | ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True))  # noqa: E731
-        rule = "-" * len(line(head))
-        modes = self.total_training_modes
-        totals = [
-            f"{self.trainable_parameters:,}  Trainable params",
-            f"{self.total_parameters - self.trainable_parameters:,}  Non-trainable params",
-            f"{self.total_parameters:,}  Total params",
-            f"{self.model_size:,.3f}  Total estimated model params size (MB)",
-            f"{modes['train']}  Modules in train mode",
-            f"{modes['eval']}  Modules in eval mode",
-        ]
-        return "\n".join([line(head), rule, *(line(r) for r in rows), rule, *totals])
+        return describe(self._model).table(self._max_depth)
 
     def __repr__(self) -> str:
         return str(self)
