@@ -13,6 +13,7 @@ from interlock.core.errors import (
     InterlockError,
     Interrupted,
     Preempted,
+    ReplayDivergence,
     RunDirectoryInUse,
 )
 from interlock.core.events import Event, Listener, listen, observe
@@ -28,6 +29,7 @@ from interlock.core.updates import (
     Stop,
     Update,
 )
+from interlock.trainer.replay import Replay, replay
 from interlock.trainer.trainer import Trainer
 
 __version__ = "0.1.0"
@@ -48,6 +50,8 @@ __all__ = [
     "Preempted",
     "Progress",
     "ReplaceOptimizer",
+    "Replay",
+    "ReplayDivergence",
     "RestoreState",
     "RunDirectoryInUse",
     "SaveCheckpoint",
@@ -64,5 +68,6 @@ __all__ = [
     "load_checkpoint",
     "load_lightning_weights",
     "observe",
+    "replay",
     "seed_everything",
 ]

@@ -59,6 +59,7 @@ __all__ = [
     "register",
     "resolve_ckpt_path",
     "restore",
+    "write_checkpoint",
 ]
 
 CHECKPOINT_FORMAT = "interlock.checkpoint/1"
@@ -345,7 +346,17 @@ def _continue(run: Run) -> Update | None:
     return RestoreState(state.replace(chart=resume_at))
 
 
-def _write(run: Run, path: str, weights_only: bool = False) -> None:
+def write_checkpoint(run: Run, path: str) -> None:
+    """Write a full checkpoint of ``run`` as it is now, its metric history inside the file; wait until it is durable.
+
+    What a replay's ``save`` writes: the file stands alone (no ``history.jsonl`` beside it is needed).
+    A collective under DDP/FSDP, as every save.
+    """
+    _write(run, path, embed_history=True)
+    run.checkpoint_io.wait()
+
+
+def _write(run: Run, path: str, weights_only: bool = False, embed_history: bool = False) -> None:
     """Gather the checkpoint (a collective under DDP/FSDP) and write it on rank 0 (the weights and state only)."""
     state = run.state
     train = run.feeds.get("train")
@@ -356,7 +367,7 @@ def _write(run: Run, path: str, weights_only: bool = False) -> None:
     if own is not None:  # the loader's own shuffling generator, as it is now (its next epoch draws from it)
         state = state.replace(data={**state.data, "generator": generator_state(own)})
     strategy = run.hardware.strategy
-    history = _history(run, state)
+    history = None if embed_history else _history(run, state)
     if strategy.sharded_checkpoint:
         _write_sharded(run, path, state, train.data.data_state() if train is not None else None, history)
         return
@@ -398,17 +409,19 @@ def _history(run: Run, state: TrainerState) -> dict[str, Any]:
     return log.sync(state.history, state.run_dir or run.plan.run_dir)
 
 
-def _write_sharded(run: Run, path: str, state: TrainerState, data_state: Any, history: Mapping[str, Any]) -> None:
+def _write_sharded(
+    run: Run, path: str, state: TrainerState, data_state: Any, history: Mapping[str, Any] | None
+) -> None:
     """Every rank writes its shards (no gather) and RNG states; rank 0 the trainer state and the manifest."""
     strategy = run.hardware.strategy
-    state_dict = state.replace(history=()).to_dict()
+    state_dict = (state if history is None else state.replace(history=())).to_dict()
     if data_state is not None:
         state_dict["data"] = {**state_dict["data"], "dataset": data_state}
     rng = get_rng_states()
     meta = {
         "format": CHECKPOINT_FORMAT,
         "state": state_dict,
-        "history": dict(history),
+        **({"history": dict(history)} if history is not None else {}),
         "schedulers": [s.scheduler.state_dict() for s in run.schedulers],
         "precision": dict(run.hardware.precision.state_dict()),
         "rng": rng,

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from interlock.connectors.recipe import record_recipe
 from interlock.core.chart import Chart
 from interlock.core.errors import OutputError, RunDirectoryInUse
 from interlock.core.registry import Action, Registry
@@ -264,7 +265,11 @@ def release_run_dir(run: Run) -> None:
 
 
 def register(reg: Registry) -> None:
-    """``rundir.claim`` (which also records the chart, :func:`record_chart`) and ``rundir.release``."""
+    """``rundir.claim`` (recording the chart and a fit's trainer too) and ``rundir.release``.
+
+    The chart goes to ``chart.yaml`` (:func:`record_chart`), the trainer of a fit to ``trainer.json``
+    (:func:`~interlock.connectors.recipe.record_recipe`).
+    """
 
     @reg.action("rundir.claim")
     def claim(run: Run, params: Mapping[str, Any]) -> Action:
@@ -285,6 +290,8 @@ def register(reg: Registry) -> None:
                     run.extras[LOCK_KEY] = RunLock.acquire(path, str(run.extras.get(RESUMED_KEY, "")))
                     if run.chart is not None:
                         record_chart(path, run.chart)
+                    if run.stage == "fit":  # what a replay of the run needs besides module and data
+                        record_recipe(path, run)
                 except Exception as exc:  # every rank must hear of it: the others wait in the broadcast
                     error = exc
                 outcome: tuple[str, str | None] = (str(path), None if error is None else f"{error}")

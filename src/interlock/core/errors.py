@@ -12,7 +12,9 @@ __all__ = [
     "InterlockError",
     "Interrupted",
     "OutputError",
+    "Paused",
     "Preempted",
+    "ReplayDivergence",
     "RunDirectoryInUse",
     "add_note",
 ]
@@ -79,6 +81,22 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, checkpoint: str) -> None:
         self.checkpoint = checkpoint
         super().__init__(f"interrupted by Ctrl-C; a checkpoint was saved to {checkpoint}")
+
+
+class Paused(BaseException):
+    """Raised by a replay's own hooks to stop the interpreter where it is, the stage still bound.
+
+    The runtime lets it through without failing the stage or tearing it down
+    (:meth:`interlock.trainer.runtime.Runtime.release` unbinds the stage later).
+    """
+
+
+class ReplayDivergence(InterlockError, RuntimeError):
+    """A replay made a transition other than the recorded one; names the first that differs, expected vs got."""
+
+    def __init__(self, message: str, number: int) -> None:
+        self.number = number
+        super().__init__(message)
 
 
 class RunDirectoryInUse(InterlockError, RuntimeError):

@@ -31,7 +31,7 @@ from typing import Any
 import attrs
 
 from interlock.core.chart import ActionRef, Chart, Transition, TransitionSpec
-from interlock.core.errors import Preempted, add_note
+from interlock.core.errors import Paused, Preempted, add_note
 from interlock.core.events import Event, EventBus
 from interlock.core.progress import COUNTER_OPS, Counters, compose
 from interlock.core.registry import NOOP, Registry
@@ -162,14 +162,19 @@ class Runtime:
         self._bind(run)
         self._error = None
         self._metric_mode = getattr(run.module, "mode_of", self._metric_mode)
+        paused = False
         try:
             self.apply(BeginStage(stage))
             edge = self._nodes[self._at].on.get("setup")
             if edge is None:
                 raise RuntimeError(f"a stage cannot start in state {self._at!r}: it has no 'setup' transition")
             self._interpret(edge)
+        except Paused:  # a replay stopped here: the stage stays bound for inspection until release()
+            paused = True
+            raise
         finally:  # nothing of the run outlives its stage here: wrappers and collectives are released now
-            self._unbind()
+            if not paused:
+                self._unbind()
         if self._error is not None:
             exc, where = self._error
             if not isinstance(exc, KeyboardInterrupt):
@@ -181,13 +186,21 @@ class Runtime:
     def _interpret(self, edge: _Edge) -> None:
         try:
             node: _Node | None = self._take(edge)
+        except Paused:
+            raise
         except BaseException as exc:  # every failure ends the stage through the chart
             node = self._fail(exc)
         while node is not None:
             try:
                 node = self._walk(node)
+            except Paused:
+                raise
             except BaseException as exc:
                 node = self._fail(exc)
+
+    def release(self) -> None:
+        """Unbind a stage a :class:`~interlock.core.errors.Paused` stopped (a replay is done with it)."""
+        self._unbind()
 
     def _walk(self, node: _Node) -> _Node | None:
         """Run from ``node`` (just entered) until a state that waits; return None there."""

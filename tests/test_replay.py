@@ -1,0 +1,199 @@
+"""Replay: a recorded fit re-executed bitwise to any transition, its failure reproduced, divergence refused."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import interlock
+from conftest import TinyModule, loader
+from interlock.core.tracelist import read_transitions
+from interlock.listeners.checkpoint import ModelCheckpoint
+
+FLAGS: dict[str, Any] = {"max_epochs": 3, "accelerator": "cpu", "enable_progress_bar": False, "seed": 7}
+
+
+class Boom(TinyModule):
+    """Dropout, momentum, a scheduler; raises in ``training_step`` at epoch 2, batch 2 (when ``fail``)."""
+
+    def __init__(self, fail: bool = True) -> None:
+        super().__init__(dropout=0.25, scheduler=True)
+        self.fail = fail
+        self.failing_batch: Any = None
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        if self.fail and self.current_epoch == 2 and batch_idx == 2:
+            self.failing_batch = batch
+            raise RuntimeError(f"boom at epoch {self.current_epoch}, batch {batch_idx}")
+        return super().training_step(batch, batch_idx)
+
+    def configure_optimizers(self) -> Any:
+        out = super().configure_optimizers()
+        self.made = out  # the optimizer and scheduler, to compare after the fit
+        return out
+
+
+def fresh(fail: bool = True) -> Boom:
+    torch.manual_seed(0)
+    return Boom(fail)
+
+
+def data() -> tuple[Any, Any]:
+    return loader(shuffle=True), loader(32)
+
+
+def digest(run_dir: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(run_dir)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in run_dir.rglob("*")
+        if p.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def failed_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Boom, RuntimeError, interlock.TrainerState]:
+    trainer = interlock.Trainer(**FLAGS, default_root_dir=tmp_path_factory.mktemp("failed"))
+    module = fresh()
+    with pytest.raises(RuntimeError) as info:
+        trainer.fit(module, *data())
+    return trainer.run_dir, module, info.value, trainer.state
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Boom]:
+    keep_all = ModelCheckpoint(save_top_k=-1, save_last=True)
+    trainer = interlock.Trainer(**FLAGS, default_root_dir=tmp_path_factory.mktemp("finished"), listeners=[keep_all])
+    module = fresh(fail=False)
+    trainer.fit(module, *data())
+    return trainer.run_dir, module
+
+
+def test_failed_run_is_reproduced_from_a_checkpoint_with_its_exception_state_and_step(failed_run: Any) -> None:
+    """A run that raised in its third epoch replays from its epoch-end checkpoint to the same exception, state, step."""
+    run_dir, module, error, state = failed_run
+    before = digest(run_dir)
+    with interlock.replay(run_dir, fresh(), *data()) as rep:
+        assert rep.checkpoint is not None and rep.started_at == 8  # the end of epoch 1, not step 0
+        assert type(rep.error) is RuntimeError and str(rep.error) == str(error)
+        assert rep.state.chart == "fit.train.batch.step"
+        assert (rep.state.epoch, rep.state.global_step, rep.state.batch_idx) == (2, state.global_step, 2)
+        assert all(torch.equal(a, b) for a, b in zip(rep.batch, module.failing_batch, strict=True))
+        assert rep.event is not None and rep.event.event == "fit.train.batch.step"
+        assert read_transitions(run_dir, "idle")[rep.number].trigger == "fail"
+    assert digest(run_dir) == before  # the recorded run is left as it was
+
+
+def _batch_ends(run_dir: Path, epoch: int) -> list[int]:
+    steps = read_transitions(run_dir, "idle")
+    return [s.number for s in steps if s.event == "fit.train.batch.end" and s.epoch in (epoch, None)]
+
+
+def _epoch_end(run_dir: Path, epoch: int) -> int:
+    steps = read_transitions(run_dir, "idle")
+    return next(s.number for s in steps if s.event == "fit.train.epoch_end" and s.epoch == epoch)
+
+
+def _equal_runs(a: torch.nn.Module, b: torch.nn.Module, opt_a: Any, opt_b: Any) -> None:
+    for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
+        assert torch.equal(x, y), name
+    sa, sb = opt_a.state_dict(), opt_b.state_dict()
+    assert sa["param_groups"] == sb["param_groups"]
+    for k in sa["state"]:
+        for key, value in sa["state"][k].items():
+            assert torch.equal(value, sb["state"][k][key]) if torch.is_tensor(value) else value == sb["state"][k][key]
+
+
+@pytest.mark.parametrize("epoch", [2, 0], ids=["from-a-checkpoint", "from-the-start"])
+def test_finished_run_replayed_mid_epoch_saved_and_resumed_ends_bitwise_equal(
+    finished_run: Any, epoch: int, tmp_path: Path
+) -> None:
+    """Replayed to a mid-epoch batch end, saved there and resumed, the run ends bitwise as the original did."""
+    run_dir, original = finished_run
+    ends = _batch_ends(run_dir, epoch)
+    target = ends[len(ends) // 2]
+    rep = interlock.replay(run_dir, fresh(fail=False), *data(), to=target)
+    try:
+        assert rep.number == target and rep.state.chart == "fit.train.batch.end"
+        assert (rep.started_at is None) == (epoch == 0)
+        saved = rep.save(tmp_path / "mid.ckpt")
+    finally:
+        rep.close()
+    resumed = fresh(fail=False)
+    trainer = interlock.Trainer(**FLAGS, default_root_dir=tmp_path / "resumed")
+    trainer.fit(resumed, *data(), ckpt_path=saved)
+    assert trainer.state.global_step == 12
+    _equal_runs(original, resumed, original.made["optimizer"], resumed.made["optimizer"])
+    assert original.made["lr_scheduler"].state_dict() == resumed.made["lr_scheduler"].state_dict()
+
+
+def test_a_state_between_the_actions_of_a_batch_cannot_be_saved_and_the_error_names_the_nearest(
+    finished_run: Any, tmp_path: Path
+) -> None:
+    """Saving in a non-checkpoint state raises naming the nearest transitions that can be saved."""
+    run_dir, _ = finished_run
+    steps = read_transitions(run_dir, "idle")
+    second = [s.number for s in steps if s.event == "fit.train.batch.optimizer_step" and s.epoch == 1][1]
+    # the batch end before it (then fetch, step, backward, optimizer_step), and its own batch end after it
+    refused = rf"cannot save at transition {second}.*: {second - 4} and {second + 1}$"
+    with (
+        interlock.replay(run_dir, fresh(fail=False), *data(), to=second) as rep,
+        pytest.raises(ValueError, match=refused),
+    ):
+        rep.save(tmp_path / "x.ckpt")
+
+
+def test_replay_with_fewer_samples_stops_at_the_first_transition_that_differs(finished_run: Any) -> None:
+    """Fewer samples: the replay stops at the first transition that differs, naming it, expected and got."""
+    run_dir, _ = finished_run
+    with pytest.raises(
+        interlock.ReplayDivergence, match=r"transition \d+: expected .*-\[next\]->.* got .*-\[validate\]->"
+    ) as e:
+        interlock.replay(
+            run_dir, fresh(fail=False), loader(48, shuffle=True), loader(32), to=_epoch_end(run_dir, 1) - 1
+        )
+    recorded = read_transitions(run_dir, "idle")[e.value.number - 1]
+    assert (recorded.event, recorded.batch_idx) == ("fit.train.batch.fetch", 3)  # the run had a fourth batch there
+
+
+def test_replay_with_other_sample_values_stops_at_the_first_metric_that_differs(finished_run: Any) -> None:
+    """As many samples, other values: the transitions agree, the first logged metric row that differs stops it."""
+    run_dir, _ = finished_run
+    with pytest.raises(interlock.ReplayDivergence, match=r"metric row \d+ of its history is .* the run logged"):
+        interlock.replay(
+            run_dir, fresh(fail=False), loader(shuffle=True, seed=1), loader(32), to=_epoch_end(run_dir, 1) - 1
+        )
+
+
+def test_replay_with_a_fixed_module_stops_where_the_run_failed(failed_run: Any) -> None:
+    """A module that no longer raises: the replay names the recorded failure as the first difference."""
+    run_dir, *_ = failed_run
+    with pytest.raises(interlock.ReplayDivergence, match=r"expected fit.train.batch.step -\[fail\]-> teardown") as e:
+        interlock.replay(run_dir, fresh(fail=False), *data())
+    assert read_transitions(run_dir, "idle")[e.value.number - 1].trigger == "fail"
+
+
+class Doubled(Boom):
+    """Boom with a changed ``training_step``: the loss doubled."""
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return 2 * super().training_step(batch, batch_idx)
+
+
+def test_replay_with_changed_module_code_stops_at_the_first_metric_that_differs(finished_run: Any) -> None:
+    """Same transitions, other values (a changed training_step): the first logged metric row that differs stops it."""
+    run_dir, _ = finished_run
+    torch.manual_seed(0)
+    with pytest.raises(interlock.ReplayDivergence, match=r"metric row \d+ of its history is .*val_loss"):
+        interlock.replay(run_dir, Doubled(fail=False), *data(), to=_epoch_end(run_dir, 1) - 1)
+
+
+def test_to_outside_the_trace_is_refused_naming_the_range(finished_run: Any) -> None:
+    """``to`` must be a transition of the run: the error names the valid range."""
+    run_dir, _ = finished_run
+    n = len(read_transitions(run_dir, "idle"))
+    with pytest.raises(ValueError, match=rf"from 1 to {n}"):
+        interlock.replay(run_dir, fresh(), *data(), to=n + 1)
