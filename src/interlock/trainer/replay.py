@@ -361,6 +361,7 @@ def replay(
             default_root_dir=tmp,
             enable_checkpointing=False,
             enable_progress_bar=False,
+            enable_model_summary=False,
             enable_trace=False,
             logger=False,
             listeners=list(listeners),
