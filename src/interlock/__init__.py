@@ -26,6 +26,7 @@ from interlock.core.updates import (
     SaveCheckpoint,
     SetLearningRate,
     SetListenerState,
+    SetParameters,
     Stop,
     Update,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "SaveCheckpoint",
     "SetLearningRate",
     "SetListenerState",
+    "SetParameters",
     "Stop",
     "Trainer",
     "TrainerState",

@@ -220,7 +220,7 @@ def test_lightning_public_names_import_from_the_same_paths(module: str, names: l
     ("module", "name", "says"),
     [
         ("callbacks", "ModelPruning", "prune"),
-        ("callbacks", "StochasticWeightAveraging", "swa_utils"),
+        ("callbacks", "WeightAveraging", "AveragedModel"),
         ("callbacks", "GradientAccumulationScheduler", "accumulate_grad_batches"),
         ("loggers", "MLFlowLogger", "not in interlock yet"),
         ("loggers", "WandbLogger", "not in interlock yet"),

@@ -412,11 +412,17 @@ def register(reg: Registry) -> None:
 
     @reg.effect(SetLearningRate)
     def set_lr(run: Run) -> Callable[[Any], None]:
-        """Set the learning rate of every param group of one optimizer."""
+        """Set the learning rate of every param group of one optimizer (or of one group)."""
 
         def apply(update: SetLearningRate) -> None:
             _check_index(run, update.optimizer, "SetLearningRate")
-            for group in run.optimizers[update.optimizer].param_groups:
+            groups = run.optimizers[update.optimizer].param_groups
+            if update.group is not None and not 0 <= update.group < len(groups):
+                raise IndexError(
+                    f"SetLearningRate(group={update.group}) is out of range: optimizer {update.optimizer} has "
+                    f"{len(groups)} param group(s)"
+                )
+            for group in groups if update.group is None else [groups[update.group]]:
                 group["lr"] = update.lr
 
         return apply

@@ -56,6 +56,8 @@ class ModuleSummary:
     total: int
     trainable: int
     bits: int = 32
+    #: whether a submodule is a batch-norm layer (``torch.nn.modules.batchnorm._BatchNorm``)
+    batch_norm: bool = False
 
     @property
     def size_mb(self) -> float:
@@ -110,4 +112,10 @@ class ModuleSummary:
 def describe(module: nn.Module, precision: str = "32-true") -> ModuleSummary:
     """Read ``module`` into a :class:`ModuleSummary` (parameters of a lazy layer not yet built count 0)."""
     rows = tuple((name, type(m).__name__, _count(m), bool(m.training)) for name, m in list(module.named_modules())[1:])
-    return ModuleSummary(rows, _count(module), _count(module, trainable=True), PRECISION_BITS.get(precision, 32))
+    return ModuleSummary(
+        rows,
+        _count(module),
+        _count(module, trainable=True),
+        PRECISION_BITS.get(precision, 32),
+        any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in module.modules()),
+    )

@@ -36,6 +36,7 @@ __all__ = [
     "SetDataPosition",
     "SetLearningRate",
     "SetListenerState",
+    "SetParameters",
     "SetRunInfo",
     "SetStatus",
     "Stop",
@@ -97,10 +98,18 @@ class SaveCheckpoint(Update):
 
 @attrs.frozen
 class SetLearningRate(Update):
-    """Set the learning rate of every param group of optimizer ``optimizer``."""
+    """Set the learning rate of every param group of optimizer ``optimizer`` (of group ``group`` only when given)."""
 
     lr: float
     optimizer: int = 0
+    group: int | None = None
+
+
+@attrs.frozen(eq=False)
+class SetParameters(Update):
+    """Copy ``values`` into the module's parameters, in ``module.parameters()`` order (weight averaging)."""
+
+    values: tuple[Any, ...] = attrs.field(converter=tuple)
 
 
 @attrs.frozen
@@ -265,7 +274,7 @@ def merge(items: Iterable[tuple[str, Update]]) -> Merged:
     metrics: dict[str, tuple[float, str]] = {}
     listeners: dict[str, tuple[Any, str]] = {}
     restore: list[tuple[TrainerState, str]] = []
-    lrs: dict[int, tuple[float, str]] = {}
+    lrs: dict[Any, tuple[float, str]] = {}
     effects: list[Update] = []
     changes: list[Change] = []
     for source, update in items:
@@ -282,7 +291,8 @@ def merge(items: Iterable[tuple[str, Update]]) -> Merged:
             restore.append((update.state, source))
         else:
             if isinstance(update, SetLearningRate):
-                _put(lrs, update.optimizer, update.lr, source, "learning rate of optimizer")
+                where = update.optimizer if update.group is None else (update.optimizer, update.group)
+                _put(lrs, where, update.lr, source, "learning rate of optimizer")
             effects.append(update)
     if len(restore) > 1:
         raise ConflictingUpdates(f"two restores in one event, from {restore[0][1]} and {restore[1][1]}")

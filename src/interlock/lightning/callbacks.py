@@ -2,12 +2,12 @@
 
 ``Callback`` is Lightning's base class, run at Lightning's moments (docs/porting.md#callbacks).
 
-``ModelCheckpoint``, ``EarlyStopping``, ``LearningRateMonitor``, ``Timer``, ``ModelSummary`` and
-``TQDMProgressBar`` (``ProgressBar``) are the native listeners. Lightning's attributes that
-read run state (``best_model_path``, ``best_model_score``, ``time_elapsed()``) read the state
-of the trainer that last ran them. A Lightning argument interlock cannot honour raises at
-construction, and a Lightning callback class with no interlock equivalent raises ``ImportError``
-naming the alternative when imported.
+``ModelCheckpoint``, ``EarlyStopping``, ``LearningRateMonitor``, ``Timer``, ``ModelSummary``,
+``StochasticWeightAveraging`` and ``TQDMProgressBar`` (``ProgressBar``) are the native listeners.
+Lightning's attributes that read run state (``best_model_path``, ``best_model_score``,
+``time_elapsed()``) read the state of the trainer that last ran them. A Lightning argument
+interlock cannot honour raises at construction, and a Lightning callback class with no interlock
+equivalent raises ``ImportError`` naming the alternative when imported.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from interlock.listeners import LearningRateMonitor as _LearningRateMonitor
 from interlock.listeners import ModelCheckpoint as _ModelCheckpoint
 from interlock.listeners import ModelSummary as _ModelSummary
 from interlock.listeners import ProgressBar as _ProgressBar
+from interlock.listeners import StochasticWeightAveraging as _StochasticWeightAveraging
 from interlock.listeners import Timer as _Timer
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "ModelCheckpoint",
     "ModelSummary",
     "ProgressBar",
+    "StochasticWeightAveraging",
     "TQDMProgressBar",
     "Timer",
 ]
@@ -226,6 +228,21 @@ class ModelSummary(_ModelSummary):
         super().__init__(max_depth=max_depth)
 
 
+class StochasticWeightAveraging(_StochasticWeightAveraging):
+    """Lightning's ``StochasticWeightAveraging(swa_lrs, swa_epoch_start, annealing_epochs, ...)``."""
+
+    def __init__(
+        self,
+        swa_lrs: float | list[float],
+        swa_epoch_start: int | float = 0.8,
+        annealing_epochs: int = 10,
+        annealing_strategy: str = "cos",
+        avg_fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+        device: torch.device | str | None = torch.device("cpu"),  # noqa: B008  # Lightning's default
+    ) -> None:
+        super().__init__(swa_lrs, swa_epoch_start, annealing_epochs, annealing_strategy, avg_fn, device)
+
+
 _NATIVE = "write an interlock.Listener (docs/listeners.md)"
 __getattr__ = missing(
     "interlock.lightning.callbacks",
@@ -242,7 +259,6 @@ __getattr__ = missing(
         "OnExceptionCheckpoint": "interlock saves last.ckpt on preemption and Ctrl-C by itself (docs/resuming.md)",
         "BasePredictionWriter": "write trainer.predict(...)'s returned list yourself",
         "ModelPruning": "call torch.nn.utils.prune from a module hook",
-        "StochasticWeightAveraging": "use torch.optim.swa_utils from module hooks, or " + _NATIVE,
         "WeightAveraging": "use torch.optim.swa_utils.AveragedModel from module hooks, or " + _NATIVE,
         "EMAWeightAveraging": "use torch.optim.swa_utils.AveragedModel from module hooks, or " + _NATIVE,
         "SpikeDetection": "add the FiniteGuard listener (interlock.listeners.FiniteGuard), or " + _NATIVE,

@@ -15,6 +15,7 @@ from interlock.listeners.guards import FiniteGuard
 from interlock.listeners.lr_monitor import LearningRateMonitor
 from interlock.listeners.progress import ProgressBar
 from interlock.listeners.summary import ModelSummary
+from interlock.listeners.swa import StochasticWeightAveraging
 from interlock.listeners.tensorboard import TensorBoardLogger
 from interlock.listeners.timer import Timer
 from interlock.listeners.trace import EventTrace
@@ -28,6 +29,7 @@ __all__ = [
     "ModelCheckpoint",
     "ModelSummary",
     "ProgressBar",
+    "StochasticWeightAveraging",
     "TensorBoardLogger",
     "Timer",
     "default_listeners",

@@ -1,20 +1,51 @@
-"""What events carry about the module itself: its layer table (``summary``) for the model summary."""
+"""What events carry about the module itself, and the effect that sets its weights.
+
+``summary``: its layer table (the model summary); ``parameters``: its parameters, copied when a
+handler reads them (``StochasticWeightAveraging``); the ``SetParameters`` effect copies values
+back into them.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+
+import torch
 
 from interlock.core.registry import Registry
 from interlock.core.run import Run
 from interlock.core.summary import describe
+from interlock.core.updates import SetParameters
 
 __all__ = ["register"]
 
 
 def register(reg: Registry) -> None:
-    """The ``summary`` payload key."""
+    """The ``summary`` and ``parameters`` payload keys and the ``SetParameters`` effect."""
 
     @reg.payload_key("summary", lazy=True)
     def summary(run: Run) -> Any:
         """The module's layers, parameter counts and modes (a ``ModuleSummary``, built when first read)."""
         return lambda: describe(run.module, run.hardware.precision.flag)
+
+    @reg.payload_key("parameters", lazy=True)
+    def parameters(run: Run) -> Any:
+        """The module's parameters in ``parameters()`` order (the handler gets copies)."""
+        return lambda: tuple(run.module.parameters())
+
+    @reg.effect(SetParameters)
+    def set_parameters(run: Run) -> Callable[[Any], None]:
+        """Copy values into the module's parameters (each moved to its parameter's device)."""
+
+        def apply(update: SetParameters) -> None:
+            params = list(run.module.parameters())
+            if len(params) != len(update.values):
+                raise ValueError(
+                    f"SetParameters has {len(update.values)} values for the module's {len(params)} parameters; "
+                    "give one per parameter, in module.parameters() order"
+                )
+            with torch.no_grad():
+                for param, value in zip(params, update.values, strict=True):
+                    param.detach().copy_(value.to(param.device))
+
+        return apply
