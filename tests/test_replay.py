@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +15,10 @@ import torch
 
 import interlock
 from conftest import TinyModule, loader
+from interlock.cli.main import main
 from interlock.core.tracelist import read_transitions
 from interlock.listeners.checkpoint import ModelCheckpoint
+from interlock.listeners.guards import FiniteGuard
 
 FLAGS: dict[str, Any] = {"max_epochs": 3, "accelerator": "cpu", "enable_progress_bar": False, "seed": 7}
 
@@ -197,3 +203,165 @@ def test_to_outside_the_trace_is_refused_naming_the_range(finished_run: Any) -> 
     n = len(read_transitions(run_dir, "idle"))
     with pytest.raises(ValueError, match=rf"from 1 to {n}"):
         interlock.replay(run_dir, fresh(), *data(), to=n + 1)
+
+
+def test_a_failed_run_records_its_transition_and_data_position_and_the_note_names_the_replay(failed_run: Any) -> None:
+    """failure.json holds the transition a replay stops at, the failing batch's position and the command."""
+    run_dir, _, error, _ = failed_run
+    record = json.loads((run_dir / "failure.json").read_text())
+    with interlock.replay(run_dir, fresh(), *data(), to=record["transition"]) as rep:
+        assert str(rep.error) == str(error) and rep.number == record["transition"]
+        assert (record["epoch"], record["global_step"], record["batch_idx"]) == (2, rep.state.global_step, 2)
+        assert record["data"]["seed"] == rep.state.data["seed"] and record["state"] == rep.state.chart
+    assert record["command"] == f"interlock replay {run_dir} --to {record['transition']}"
+    assert any(record["replay"] in note for note in error.__notes__)
+
+
+class Diverging(TinyModule):
+    """A learning rate so high that the loss overflows after a few steps."""
+
+    def __init__(self) -> None:
+        super().__init__(lr=1e6)
+
+
+def test_a_non_finite_loss_under_finite_guard_is_recorded_and_reproduced(tmp_path: Path) -> None:
+    """FiniteGuard's failure: recorded in failure.json; the replay (with the guard) stops at it, same error."""
+    torch.manual_seed(0)
+    trainer = interlock.Trainer(**FLAGS, default_root_dir=tmp_path, listeners=[FiniteGuard()])
+    with pytest.raises(FloatingPointError) as info:
+        trainer.fit(Diverging(), loader(shuffle=True), loader(32))
+    record = json.loads((trainer.run_dir / "failure.json").read_text())
+    assert record["state"] == "fit.train.batch.backward" and record["error"].startswith("FloatingPointError")
+    torch.manual_seed(0)
+    with interlock.replay(
+        trainer.run_dir, Diverging(), loader(shuffle=True), loader(32), listeners=[FiniteGuard()]
+    ) as rep:
+        assert str(rep.error) == str(info.value) and rep.number == record["transition"]
+        assert not torch.isfinite(rep.module.training_step(rep.batch, rep.state.batch_idx))  # look at the batch
+
+
+def test_a_plain_run_writes_no_failure_record(finished_run: Any) -> None:
+    """A run that ends well leaves no failure.json."""
+    run_dir, _ = finished_run
+    assert not (run_dir / "failure.json").exists()
+
+
+CLI_PLUGIN = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import interlock
+
+
+class Boom(interlock.Module):
+    def __init__(self, fail_epoch: int = 2) -> None:
+        super().__init__()
+        self.fail_epoch = fail_epoch
+        self.net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.25), torch.nn.Linear(8, 2))
+
+    def training_step(self, batch, batch_idx):
+        if self.current_epoch == self.fail_epoch and batch_idx == 1:
+            raise ValueError(f"bad batch {batch_idx} in epoch {self.current_epoch}")
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self.net(x), y)
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val_loss", torch.nn.functional.cross_entropy(self.net(x), y))
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9)
+
+
+class Data:
+    def train_dataloader(self):
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(48, 4, generator=g)
+        return DataLoader(TensorDataset(x, (x[:, 0] > 0).long()), batch_size=16, shuffle=True)
+
+    def val_dataloader(self):
+        x = torch.ones(16, 4)
+        return DataLoader(TensorDataset(x, (x[:, 0] > 0).long()), batch_size=8)
+"""
+
+
+@pytest.fixture(scope="module")
+def cli_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, BaseException]:
+    """One failing ``interlock fit`` (in this process): its run directory, the plugin folder and the error."""
+    root = tmp_path_factory.mktemp("cli")
+    (root / "replay_plugin.py").write_text(CLI_PLUGIN, encoding="utf-8")
+    (root / "cfg.yaml").write_text(
+        "model: {class_path: replay_plugin.Boom}\ndata: {class_path: replay_plugin.Data}\n"
+        "trainer: {max_epochs: 4, seed: 5, accelerator: cpu, enable_progress_bar: false, "
+        f"default_root_dir: {root}}}\n",
+        encoding="utf-8",
+    )
+    sys.path.insert(0, str(root))
+    try:
+        with pytest.raises(ValueError, match="bad batch 1 in epoch 2") as info:
+            main(["fit", "--config", str(root / "cfg.yaml")])
+    finally:
+        sys.path.remove(str(root))
+    return root / "runs" / "version_0", root, info.value
+
+
+def test_cli_replay_reproduces_a_cli_run_failure_as_json(cli_run: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """`interlock replay RUN --json` replays a CLI run to its failure, from a checkpoint; the note named the command."""
+    run_dir, root, error = cli_run
+    command = f"interlock replay {run_dir} --to "
+    assert any(command in note for note in error.__notes__)  # the failure printed the command
+    sys.path.insert(0, str(root))
+    try:
+        capsys.readouterr()
+        assert main(["replay", str(run_dir), "--json"]) == 0
+    finally:
+        sys.path.remove(str(root))
+    out = json.loads(capsys.readouterr().out)
+    record = json.loads((run_dir / "failure.json").read_text())
+    assert out["transition"] == record["transition"] and out["error"] == f"ValueError: {error}"
+    assert out["started_at"] == 6 and out["checkpoint"].endswith(".ckpt")  # the end of epoch 1, not step 0
+    assert (out["state"], out["epoch"], out["batch_idx"]) == ("fit.train.batch.step", 2, 1)
+
+
+def test_cli_replay_saves_a_batch_end_and_fit_resumes_it(cli_run: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--to N --save PATH` at a batch end writes a checkpoint that `interlock fit --ckpt_path` resumes."""
+    run_dir, root, _ = cli_run
+    n = next(s.number for s in read_transitions(run_dir, "idle") if s.event == "fit.train.batch.end" and s.epoch == 1)
+    saved = root / "mid.ckpt"
+    sys.path.insert(0, str(root))
+    try:
+        assert main(["replay", str(run_dir), "--to", str(n), "--save", str(saved)]) == 0
+        assert f"to transition {n}: state fit.train.batch.end" in capsys.readouterr().out
+        cfg = ["--config", str(root / "cfg.yaml"), "--model.init_args.fail_epoch", "9", "--ckpt_path", str(saved)]
+        assert main(["fit", *cfg, "--trainer.default_root_dir", str(root / "resumed")]) == 0
+    finally:
+        sys.path.remove(str(root))
+    assert "global step 4" in capsys.readouterr().err  # resumed at the saved batch end (epoch 1, batch 0 done)
+
+
+def test_cli_replay_of_a_run_without_its_config_is_refused(
+    finished_run: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run not started by `interlock fit` has no cli.yaml: exit 2, naming the Python call instead."""
+    run_dir, _ = finished_run
+    assert main(["replay", str(run_dir)]) == 2
+    assert "interlock.replay(RUN, module" in capsys.readouterr().err
+
+
+def test_cli_replay_pdb_has_module_batch_and_state_in_scope(cli_run: Any) -> None:
+    """`--pdb` stops in the debugger with module, batch and state in scope (a scripted stdin)."""
+    run_dir, root, _ = cli_run
+    script = "p type(module).__name__\np state.chart\np batch[0].shape\np error\nc\n"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), *sys.path])}
+    proc = subprocess.run(
+        [sys.executable, "-m", "interlock.cli", "replay", str(run_dir), "--pdb"],
+        input=script,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for expected in ("'Boom'", "'fit.train.batch.step'", "torch.Size([16, 4])", "ValueError('bad batch 1 in epoch 2')"):
+        assert expected in proc.stdout

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 import math
 import shlex
 import signal
@@ -19,7 +20,7 @@ from typing import Any
 
 from jsonargparse import ArgumentParser, Namespace
 
-from interlock.cli.config import LOADERS
+from interlock.cli.config import LOADERS, _config_parser
 from interlock.cli.convert import convert as convert_checkpoint
 from interlock.cli.inspect import summarize_checkpoint, to_json
 from interlock.connectors.rng import seed_everything
@@ -31,7 +32,22 @@ from interlock.loops import default_registry
 from interlock.trainer.trainer import Trainer
 from interlock.viz import read_trace, render
 
-__all__ = ["COMMANDS", "UsageError", "chart", "chart_actions", "convert", "inspect", "listeners", "run", "view"]
+__all__ = [
+    "COMMANDS",
+    "UsageError",
+    "chart",
+    "chart_actions",
+    "convert",
+    "inspect",
+    "listeners",
+    "record_cli_config",
+    "replay",
+    "run",
+    "view",
+]
+
+#: The config of a run started by ``interlock fit`` (what ``interlock replay`` builds module and data from).
+CLI_CONFIG = "cli.yaml"
 
 
 class UsageError(Exception):
@@ -134,6 +150,10 @@ def run(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str]) -> int:
         loaders.append(_loader(data, optional, command) if callable(getattr(data, optional, None)) else None)
     ckpt_path = cfg[command].ckpt_path
     server = _start_view(trainer, argv) if command == "fit" and cfg.fit.get("view") else None
+    if command == "fit":  # a failure names `interlock replay RUN --to N`, which reads the config recorded below
+        for listener in trainer.listeners:
+            if isinstance(listener, EventTrace):
+                listener.replay_cli = True
     started = time.perf_counter()
     try:
         result = getattr(trainer, command)(model, *loaders, ckpt_path=ckpt_path)
@@ -160,6 +180,9 @@ def run(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str]) -> int:
         else:
             print(f"interlock: {command} interrupted (Ctrl-C); outputs so far in {trainer.run_dir}", file=sys.stderr)
         return 130
+    finally:
+        if command == "fit":
+            record_cli_config(cfg.fit, trainer.state.run_dir)
     seconds = time.perf_counter() - started
     where = Path(trainer.state.run_dir or trainer.run_dir).absolute()  # a resumed run continues in its own
     note = "" if where.exists() else " (no listener wrote anything there)"
@@ -178,6 +201,90 @@ def run(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str]) -> int:
         print(f"the view stays at {server.url} until Ctrl-C", flush=True)
         _wait_forever()
     return 0
+
+
+def record_cli_config(fit_cfg: Namespace, run_dir: str) -> None:
+    """Write the fit's config (model, data, trainer) to ``run_dir/cli.yaml``; nothing without a run directory."""
+    if not run_dir or not Path(run_dir).is_dir():
+        return
+    clean = fit_cfg.clone()
+    clean.pop("config", None)
+    clean.pop("ckpt_path", None)  # a replay starts from the run's own checkpoints
+    with contextlib.suppress(OSError):
+        (Path(run_dir) / CLI_CONFIG).write_text(
+            _config_parser("fit").dump(clean, skip_validation=True), encoding="utf-8"
+        )
+
+
+_OUTPUTS = ("ModelCheckpoint", "CSVLogger", "TensorBoardLogger", "ProgressBar", "EventTrace", "ModelSummary")
+
+
+def replay(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str]) -> int:
+    """Replay a run started by ``interlock fit`` to ``--to``; print (or ``--json``) where it stopped."""
+    from interlock.trainer.replay import replay as replay_run
+
+    opts = cfg.replay
+    run_dir = Path(opts.run_dir)
+    file = run_dir / CLI_CONFIG
+    if not file.is_file():
+        raise UsageError(
+            f"{file} does not exist: `interlock replay` replays runs started by `interlock fit`, which records its "
+            "config there; replay any other run from Python: interlock.replay(RUN, module, train_data, val_data)"
+        )
+    try:
+        fit_cfg = _config_parser("fit").parse_args(["--config", str(file)])
+    except SystemExit:  # already reported by the parser
+        raise UsageError(f"{file} is not a config `interlock fit` reads") from None
+    _seed(fit_cfg.trainer.get("seed"))  # as the fit did: the module's initial weights too
+    model, data = _build(fit_cfg.model, "model"), _build(fit_cfg.data, "data")
+    specs = [*(fit_cfg.trainer.get("listeners") or []), *(fit_cfg.trainer.get("callbacks") or [])]
+    listeners = [x for x in (_build(s, "listener") for s in specs) if type(x).__name__ not in _OUTPUTS]
+    train = _loader(data, "train_dataloader", "replay")
+    val = data.val_dataloader() if callable(getattr(data, "val_dataloader", None)) else None
+    try:
+        rep = replay_run(run_dir, model, train, val, to=opts.to, listeners=listeners)
+    except (ValueError, FileNotFoundError) as exc:
+        raise UsageError(str(exc)) from None
+    with rep:
+        saved = str(rep.save(opts.save)) if opts.save else None
+        state = rep.state
+        out = {
+            "run_dir": str(run_dir),
+            "transition": rep.number,
+            "state": state.chart,
+            "event": None if rep.event is None else rep.event.describe(),
+            "epoch": state.epoch,
+            "global_step": state.global_step,
+            "batch_idx": state.batch_idx,
+            "started_at": rep.started_at,
+            "checkpoint": None if rep.checkpoint is None else str(rep.checkpoint),
+            "error": None if rep.error is None else f"{type(rep.error).__name__}: {rep.error}",
+            "saved": saved,
+        }
+        if opts.json:
+            print(json.dumps(out, indent=1))
+        else:
+            start = f"{rep.checkpoint} (global step {rep.started_at})" if rep.checkpoint else "the start"
+            print(
+                f"replayed {run_dir} from {start} to transition {rep.number}: state {state.chart}, epoch "
+                f"{state.epoch}, global step {state.global_step}, batch {state.batch_idx}"
+            )
+            if rep.error is not None:
+                print(f"the run's failure, reproduced: {out['error']}")
+            if saved:
+                print(f"saved: {saved} (resume with --ckpt_path {saved})")
+        if opts.pdb:
+            _debug(rep.module, rep.batch, state, rep.error, rep)
+    return 0
+
+
+def _debug(module: Any, batch: Any, state: Any, error: Any, replay: Any) -> None:
+    """Stop in pdb here: ``module``, ``batch``, ``state``, ``error`` and ``replay`` are this frame's locals."""
+    import pdb
+
+    print("pdb: module, batch, state, error and replay are in scope; `c` to leave", flush=True)
+    pdb.Pdb().set_trace()
+    _ = (module, batch, state, error, replay)  # the line pdb stops on, in this frame
 
 
 def _view_module() -> Any:
@@ -361,4 +468,5 @@ COMMANDS: dict[str, Callable[[ArgumentParser, Namespace, Sequence[str]], int]] =
     "inspect": inspect,
     "listeners": listeners,
     "view": view,
+    "replay": replay,
 }

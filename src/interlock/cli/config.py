@@ -228,6 +228,25 @@ def _view_parser() -> ArgumentParser:
     return parser
 
 
+def _replay_parser() -> ArgumentParser:
+    parser = _parser(
+        description="Replay a run started by `interlock fit` (its config is in RUN_DIR/cli.yaml) up to one of its\n"
+        "transitions, bitwise, from the newest checkpoint before it; stop there to look or save.\n"
+        "A failed run replays to its failure by default. Transitions are numbered as in\n"
+        "`interlock chart --trace` and the view's timeline.",
+        epilog="exit status: 0 replayed; 1 the replay diverged from the recorded run (the error names the first\n"
+        "transition that differs); 2 bad arguments or a run directory without cli.yaml/trainer.json",
+    )
+    parser.add_argument("run_dir", type=str, help="The run directory (RUN, holding events.jsonl and cli.yaml).")
+    parser.add_argument("--to", type=int | None, default=None, help="The transition to stop at (default: the last).")
+    parser.add_argument("--save", type=str | None, default=None, help="Write a checkpoint of that moment here.")
+    parser.add_argument("--json", action="store_true", help="Print where the replay stopped as JSON.")
+    parser.add_argument(
+        "--pdb", action="store_true", help="Drop into pdb there, with module, batch, state and error in scope."
+    )
+    return parser
+
+
 def build_parser() -> ArgumentParser:
     """The whole ``interlock`` command line, with its subcommands."""
     from interlock import __version__
@@ -255,4 +274,5 @@ def build_parser() -> ArgumentParser:
         "convert", _convert_parser(), help="Write a checkpoint in another format (weights, file, sharded)."
     )
     commands.add_subcommand("view", _view_parser(), help="Serve a live web view of runs on the statechart.")
+    commands.add_subcommand("replay", _replay_parser(), help="Replay a fit to one of its transitions, bitwise.")
     return parser

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from interlock.cli.commands import COMMANDS, UsageError
 from interlock.cli.config import CONFIG_COMMANDS, DEFAULT_CONFIG, build_parser
-from interlock.core.errors import ChartError, CheckpointError, RunDirectoryInUse
+from interlock.core.errors import ChartError, CheckpointError, ReplayDivergence, RunDirectoryInUse
 from interlock.viz import GraphvizError, TraceError
 
 __all__ = ["STDOUT_CLOSED", "main", "with_default_config"]
@@ -77,7 +77,7 @@ def _main(argv: Sequence[str] | None) -> int:
     except _INPUT_ERRORS as exc:
         _report(exc)
         return 2
-    except (GraphvizError, RunDirectoryInUse) as exc:
+    except (GraphvizError, RunDirectoryInUse, ReplayDivergence) as exc:
         _report(exc)
         return 1
 

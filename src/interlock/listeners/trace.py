@@ -19,6 +19,7 @@ from interlock.core.events import Event, Listener, listen, observe
 from interlock.core.state import TrainerState
 from interlock.core.traceformat import COMPACT
 from interlock.listeners._util import stage_starts
+from interlock.listeners.flight import record_failure
 
 __all__ = ["FOLLOWED_FLUSH_SECONDS", "TRACE_FILE", "EventTrace"]
 
@@ -150,7 +151,9 @@ class EventTrace(Listener):
     transition instead, with exactly the keys ``time`` (Unix seconds), ``event`` (the leaf
     entered), ``trigger``, ``source`` (the leaf left), ``epoch``, ``global_step``,
     ``batch_idx`` and ``count``; in both formats the ``teardown`` transition reached by
-    ``fail`` and the ``failed`` one add the error (``"Type: message"``).
+    ``fail`` and the ``failed`` one add the error (``"Type: message"``). A failed run also gets
+    ``failure.json`` beside the trace (:mod:`interlock.listeners.flight`): the transition to replay
+    to, and the command that does it, also added to the exception's notes.
 
     Transitions are recorded by an observer (:func:`~interlock.observe`): no event object is
     built for them. They are buffered as tuples and formatted only when written: once
@@ -197,6 +200,9 @@ class EventTrace(Listener):
         self._packer: _Packer | None = None  # the compact writer of the open file
         self._stage_starts: frozenset[str] = frozenset()
         self._flush_at: frozenset[str] = _FLUSH
+
+    #: the failure note names ``interlock replay RUN --to N`` (a run started by ``interlock fit``), not the Python call
+    replay_cli = False
 
     @property
     def file(self) -> Path | None:
@@ -254,6 +260,8 @@ class EventTrace(Listener):
         self.flush(final=name in _ENDS)
         if name in _ENDS:
             self.close()
+        if name == "failed" and self._file is not None and self._rank_zero is not False and self._file.is_file():
+            record_failure(self._file, state, event.payload.get("exception"), self.replay_cli)
 
     def flush(self, final: bool = False) -> None:
         """Append the buffered lines to the file (kept buffered while the file is unknown; dropped off rank 0).
