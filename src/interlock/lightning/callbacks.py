@@ -3,7 +3,8 @@
 ``Callback`` is Lightning's base class, run at Lightning's moments (docs/porting.md#callbacks).
 
 ``ModelCheckpoint``, ``EarlyStopping``, ``LearningRateMonitor``, ``Timer``, ``ModelSummary``,
-``StochasticWeightAveraging`` and ``TQDMProgressBar`` (``ProgressBar``) are the native listeners.
+``StochasticWeightAveraging``, ``RichProgressBar`` and ``TQDMProgressBar`` (``ProgressBar``) are the
+native listeners.
 Lightning's attributes that read run state (``best_model_path``, ``best_model_score``,
 ``time_elapsed()``) read the state of the trainer that last ran them. A Lightning argument
 interlock cannot honour raises at construction, and a Lightning callback class with no interlock
@@ -27,6 +28,7 @@ from interlock.listeners import LearningRateMonitor as _LearningRateMonitor
 from interlock.listeners import ModelCheckpoint as _ModelCheckpoint
 from interlock.listeners import ModelSummary as _ModelSummary
 from interlock.listeners import ProgressBar as _ProgressBar
+from interlock.listeners import RichProgressBar as _RichProgressBar
 from interlock.listeners import StochasticWeightAveraging as _StochasticWeightAveraging
 from interlock.listeners import Timer as _Timer
 
@@ -37,6 +39,7 @@ __all__ = [
     "ModelCheckpoint",
     "ModelSummary",
     "ProgressBar",
+    "RichProgressBar",
     "StochasticWeightAveraging",
     "TQDMProgressBar",
     "Timer",
@@ -216,6 +219,18 @@ class TQDMProgressBar(_ProgressBar):
 ProgressBar = TQDMProgressBar
 
 
+class RichProgressBar(_RichProgressBar):
+    """Lightning's ``RichProgressBar(refresh_rate, leave, theme, console_kwargs)``; only the default look."""
+
+    def __init__(
+        self, refresh_rate: int = 1, leave: bool = False, theme: Any = None, console_kwargs: Any = None
+    ) -> None:
+        instead = "interlock draws Lightning's default look only; leave it out"
+        refuse_value("RichProgressBar", "theme", theme, (None,), instead)
+        refuse_value("RichProgressBar", "console_kwargs", console_kwargs, (None,), instead)
+        super().__init__(refresh_rate=refresh_rate, leave=leave)
+
+
 class ModelSummary(_ModelSummary):
     """Lightning's ``ModelSummary(max_depth)``: the layer table printed at the start of each fit."""
 
@@ -255,7 +270,6 @@ __getattr__ = missing(
         "GradientAccumulationScheduler": "use Trainer(accumulate_grad_batches=N) (a fixed count)",
         "LambdaCallback": "use trainer.on('event.name', handler) or an interlock.Listener",
         "RichModelSummary": "use ModelSummary(max_depth) (the same table in plain text)",
-        "RichProgressBar": "use TQDMProgressBar (interlock's ProgressBar)",
         "OnExceptionCheckpoint": "interlock saves last.ckpt on preemption and Ctrl-C by itself (docs/resuming.md)",
         "BasePredictionWriter": "write trainer.predict(...)'s returned list yourself",
         "ModelPruning": "call torch.nn.utils.prune from a module hook",

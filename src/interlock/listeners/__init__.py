@@ -14,6 +14,7 @@ from interlock.listeners.early_stopping import EarlyStopping
 from interlock.listeners.guards import FiniteGuard
 from interlock.listeners.lr_monitor import LearningRateMonitor
 from interlock.listeners.progress import ProgressBar
+from interlock.listeners.rich_progress import RichProgressBar
 from interlock.listeners.summary import ModelSummary
 from interlock.listeners.swa import StochasticWeightAveraging
 from interlock.listeners.tensorboard import TensorBoardLogger
@@ -29,6 +30,7 @@ __all__ = [
     "ModelCheckpoint",
     "ModelSummary",
     "ProgressBar",
+    "RichProgressBar",
     "StochasticWeightAveraging",
     "TensorBoardLogger",
     "Timer",
