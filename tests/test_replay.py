@@ -365,3 +365,24 @@ def test_cli_replay_pdb_has_module_batch_and_state_in_scope(cli_run: Any) -> Non
     assert proc.returncode == 0, proc.stderr[-2000:]
     for expected in ("'Boom'", "'fit.train.batch.step'", "torch.Size([16, 4])", "ValueError('bad batch 1 in epoch 2')"):
         assert expected in proc.stdout
+
+
+def test_ddp_run_is_refused_on_one_process_and_replays_exactly_under_torchrun(tmp_path: Path) -> None:
+    """A 2-rank ddp run: one process refuses, saying why and how; torchrun replays, saves and resumes it exactly."""
+    import _dist_worker as w
+
+    worker = str(Path(__file__).with_name("_replay_ddp_worker.py"))
+    w.run_all([w.torchrun("--nproc-per-node=2", f"--master-port={w.free_port()}", worker, "fit", str(tmp_path))],
+              tmp_path, 240)  # fmt: skip
+    run_dir = tmp_path / "runs" / "version_0"
+    with pytest.raises(ValueError, match=r"trained by 2 processes .* torchrun --nproc-per-node 2 "):
+        interlock.replay(run_dir, fresh(), loader())
+    steps = read_transitions(run_dir, "idle")
+    target = [s.number for s in steps if s.event == "fit.train.batch.end" and s.epoch == 1][1]
+    replay = [worker, "replay", str(tmp_path), str(target)]
+    w.run_all([w.torchrun("--nproc-per-node=2", f"--master-port={w.free_port()}", *replay)], tmp_path, 240)
+    result = json.loads((tmp_path / "replay0.json").read_text())
+    first_end = next(s.global_step for s in steps if s.event == "fit.train.epoch_end" and s.epoch == 0)
+    assert result == {"number": target, "state": "fit.train.batch.end", "started_at": first_end}  # a checkpoint
+    final, resumed = torch.load(tmp_path / "final0.pt"), torch.load(tmp_path / "resumed0.pt")
+    assert all(torch.equal(final[k], resumed[k]) for k in final)

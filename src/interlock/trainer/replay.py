@@ -305,8 +305,8 @@ def _distributed(recipe: dict[str, Any], run_dir: Path) -> None:
         f"{run_dir} was trained by {world} processes ({recipe.get('strategy')}): every optimizer step used the "
         f"gradients of {world} batches, one per rank, averaged, so one process cannot reproduce rank 0's view "
         f"bitwise (its steps would use its own batches alone). Replay it with {world} processes, as it ran: "
-        f"torchrun --nproc-per-node {world} -m interlock replay {run_dir} --to N (or your script calling "
-        "interlock.replay under torchrun)"
+        f"torchrun --nproc-per-node {world} -m interlock.cli replay {run_dir} --to N (a run of `interlock fit`), or "
+        "your script calling interlock.replay under torchrun: every rank replays its own view, rank 0 compares"
     )
 
 
@@ -326,6 +326,10 @@ def replay(
     replay starts from the beginning). The trainer's flags come from ``run_dir/trainer.json``; ``listeners``
     that changed the run (``EarlyStopping``, ``FiniteGuard``, your own) are passed again here. Raises
     :class:`~interlock.ReplayDivergence` at the first transition that differs from the recorded one.
+
+    A run of several processes (ddp, fsdp) is replayed by as many, under the same launcher (``torchrun``):
+    its steps averaged every rank's gradients, so one process alone cannot reproduce them; in one process
+    this raises ``ValueError`` saying so.
     """
     run_dir = Path(run_dir)
     recipe = read_recipe(run_dir)
