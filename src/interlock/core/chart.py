@@ -64,10 +64,12 @@ TAGS: Mapping[str, str] = {
     "stage_end": "the last state of a stage, before teardown",
     "epoch_start": "a training epoch starts",
     "epoch_end": "a training epoch has ended (after its validation)",
+    "train_batch_start": "a training batch was fetched and its step starts",
     "train_batch_end": "a training batch has ended",
     "backward": "the loss's backward pass has run",
     "optimizer_step": "an optimizer is about to step",
     "eval_start": "an evaluation loop starts",
+    "eval_batch_start": "an evaluation batch was fetched and its step starts",
     "eval_batch_end": "an evaluation batch has ended",
     "eval_end": "an evaluation loop has ended",
 }

@@ -3,12 +3,12 @@
 ``Callback`` is Lightning's base class, run at Lightning's moments (docs/porting.md#callbacks).
 
 ``ModelCheckpoint``, ``EarlyStopping``, ``LearningRateMonitor``, ``Timer``, ``ModelSummary``,
-``StochasticWeightAveraging``, ``RichProgressBar`` and ``TQDMProgressBar`` (``ProgressBar``) are the
-native listeners.
-Lightning's attributes that read run state (``best_model_path``, ``best_model_score``,
-``time_elapsed()``) read the state of the trainer that last ran them. A Lightning argument
-interlock cannot honour raises at construction, and a Lightning callback class with no interlock
-equivalent raises ``ImportError`` naming the alternative when imported.
+``StochasticWeightAveraging``, ``RichProgressBar``, ``DeviceStatsMonitor`` and ``TQDMProgressBar``
+(``ProgressBar``) are the native listeners. Lightning's attributes that read run state
+(``best_model_path``, ``best_model_score``, ``time_elapsed()``) read the state of the trainer
+that last ran them. A Lightning argument interlock cannot honour raises at construction, and a
+Lightning callback class with no interlock equivalent raises ``ImportError`` naming the
+alternative when imported.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import torch
 from interlock.core.state import TrainerState
 from interlock.lightning._refuse import missing, refuse_value
 from interlock.lightning.callback import Callback
+from interlock.listeners import DeviceStatsMonitor
 from interlock.listeners import EarlyStopping as _EarlyStopping
 from interlock.listeners import LearningRateMonitor as _LearningRateMonitor
 from interlock.listeners import ModelCheckpoint as _ModelCheckpoint
@@ -34,6 +35,7 @@ from interlock.listeners import Timer as _Timer
 
 __all__ = [
     "Callback",
+    "DeviceStatsMonitor",
     "EarlyStopping",
     "LearningRateMonitor",
     "ModelCheckpoint",
@@ -264,7 +266,6 @@ __getattr__ = missing(
     {
         "BatchSizeFinder": "choose the batch size yourself; interlock has no batch-size finder",
         "LearningRateFinder": "interlock has no learning-rate finder; pick the rate with a short sweep of fits",
-        "DeviceStatsMonitor": f"log torch.cuda.memory_stats() from the module, or {_NATIVE}",
         "BackboneFinetuning": f"freeze and unfreeze parameters in module hooks (on_train_epoch_start), or {_NATIVE}",
         "BaseFinetuning": f"freeze and unfreeze parameters in module hooks (on_train_epoch_start), or {_NATIVE}",
         "GradientAccumulationScheduler": "use Trainer(accumulate_grad_batches=N) (a fixed count)",

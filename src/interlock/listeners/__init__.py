@@ -10,6 +10,7 @@ from __future__ import annotations
 from interlock.core.events import Listener
 from interlock.listeners.checkpoint import ModelCheckpoint
 from interlock.listeners.csv_logger import CSVLogger
+from interlock.listeners.device_stats import DeviceStatsMonitor
 from interlock.listeners.early_stopping import EarlyStopping
 from interlock.listeners.guards import FiniteGuard
 from interlock.listeners.lr_monitor import LearningRateMonitor
@@ -23,6 +24,7 @@ from interlock.listeners.trace import EventTrace
 
 __all__ = [
     "CSVLogger",
+    "DeviceStatsMonitor",
     "EarlyStopping",
     "EventTrace",
     "FiniteGuard",

@@ -1,8 +1,8 @@
 """What events carry about the module itself, and the effect that sets its weights.
 
 ``summary``: its layer table (the model summary); ``parameters``: its parameters, copied when a
-handler reads them (``StochasticWeightAveraging``); the ``SetParameters`` effect copies values
-back into them.
+handler reads them (``StochasticWeightAveraging``); ``device``: where it runs (``DeviceStatsMonitor``);
+the ``SetParameters`` effect copies values back into them.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ __all__ = ["register"]
 
 
 def register(reg: Registry) -> None:
-    """The ``summary`` and ``parameters`` payload keys and the ``SetParameters`` effect."""
+    """The ``summary``, ``parameters`` and ``device`` payload keys and the ``SetParameters`` effect."""
 
     @reg.payload_key("summary", lazy=True)
     def summary(run: Run) -> Any:
@@ -32,6 +32,11 @@ def register(reg: Registry) -> None:
     def parameters(run: Run) -> Any:
         """The module's parameters in ``parameters()`` order (the handler gets copies)."""
         return lambda: tuple(run.module.parameters())
+
+    @reg.payload_key("device", lazy=True)
+    def device(run: Run) -> Any:
+        """The device the module runs on (a ``torch.device``)."""
+        return lambda: run.device
 
     @reg.effect(SetParameters)
     def set_parameters(run: Run) -> Callable[[Any], None]:
