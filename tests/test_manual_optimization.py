@@ -105,3 +105,29 @@ def test_a_fitted_module_pickles_and_copies_without_the_run(tmp_path: Path) -> N
         assert all(
             torch.equal(a, b) for a, b in zip(module.state_dict().values(), clone.state_dict().values(), strict=True)
         )
+
+
+def test_gan_logs_its_sample_grid_through_logger_experiment(tmp_path: Path) -> None:
+    """The GAN's epoch-end image reaches TensorBoard through self.logger.experiment: one an epoch, its grid."""
+    pytest.importorskip("tensorboard")
+    import io
+
+    from PIL import Image
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from interlock.listeners import TensorBoardLogger
+
+    torch.manual_seed(0)
+    module = GAN()
+    logger = TensorBoardLogger(save_dir=tmp_path / "tb")
+    trainer = interlock.Trainer(max_epochs=2, seed=3, **only(logger), default_root_dir=tmp_path)
+    trainer.fit(module, ring_data(64, batch_size=16))
+    events = EventAccumulator(str(tmp_path / "tb"), size_guidance={"images": 0})
+    events.Reload()
+    images = events.Images("samples")
+    assert [i.step for i in images] == [8, 16]  # global_step: 2 optimizer steps per batch, 4 batches an epoch
+    last = Image.open(io.BytesIO(images[-1].encoded_image_string))
+    assert last.size == (64, 64)
+    decoded = torch.tensor(list(last.convert("L").getdata()), dtype=torch.float32).reshape(1, 64, 64) / 255
+    assert torch.allclose(decoded, module.sample_grid(), atol=1 / 255)
+    assert decoded.max() == 1.0 and (decoded > 0).sum() > 10  # the points are spread, not one blob

@@ -616,6 +616,8 @@ def register(reg: Registry) -> None:
                 return SetDataPosition({"exhausted": True})
             step.batch = batch if prepare is None else prepare(batch)
             step.index, step.fetched = counters.batch_idx, True
+            if step.logged:
+                step.logged.clear()  # the loggers' step values are the batch's own
             if counters.batch_idx == 0:  # the epoch's order is known now; the layout turns batches into samples
                 world = run.dist.world_size if run.dist is not None else 1
                 batch_size = getattr(feed.loader, "batch_size", None)

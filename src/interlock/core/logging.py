@@ -127,10 +127,18 @@ def _step_value(name: str, metric: Any) -> float:
     return _float(name, cached)
 
 
-def take(logs: list[LogEntry], fx: str, loop: str, infer: Callable[[], int] | None = None) -> list[Update]:
+def take(
+    logs: list[LogEntry],
+    fx: str,
+    loop: str,
+    infer: Callable[[], int] | None = None,
+    sink: dict[str, float] | None = None,
+) -> list[Update]:
     """The updates for what was logged in ``fx`` (``loop``: ``train`` or ``eval``); empties ``logs``.
 
     ``infer`` gives the batch size of the batch in flight (a mean's weight when ``batch_size`` is not given).
+    ``sink``, when given, receives the step-level values meant for the loggers (``logger=True``) under the
+    names Lightning's loggers get (``<name>_step`` when also logged on epoch).
     """
     entries, logs[:] = list(logs), []
     defaults = DEFAULTS.get(fx)
@@ -154,6 +162,8 @@ def take(logs: list[LogEntry], fx: str, loop: str, infer: Callable[[], int] | No
             value = reduce32.cast(_float(e.name, e.value), f64)
         if on_step:
             step_metrics[f"{e.name}_step" if on_epoch else e.name] = value
+            if sink is not None and e.logger:
+                sink[f"{e.name}_step" if on_epoch else e.name] = value
             if on_epoch:
                 step_metrics[e.name] = value  # Lightning's callback_metrics: the bare name is the latest value
         if on_epoch and metric:  # the epoch value is the metric's compute() at the epoch end, then reset()

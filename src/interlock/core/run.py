@@ -61,6 +61,8 @@ class Step:
     fetched: bool = False
     outputs: Any = None
     loss: torch.Tensor | None = None
+    #: what this training batch logged on step for the loggers (``self.log(..., logger=True)``), by logger name
+    logged: dict[str, float] = attrs.field(factory=dict)
 
 
 def _no_state() -> TrainerState:

@@ -4,6 +4,10 @@ The generator learns to map noise to a 2-D Gaussian ring; it runs on CPU in seco
 ``automatic_optimization = False`` takes the chart's ``manual [optim.manual]`` branch:
 ``training_step`` calls ``self.manual_backward`` (through the precision plugin) and
 steps both optimizers, each step counting in ``global_step`` as in Lightning.
+
+At each epoch end the generated points, drawn as an image (:meth:`GAN.sample_grid`), go to the
+run's loggers through ``self.logger.experiment`` as in Lightning: TensorBoard's ``add_image``, a
+``wandb.Image`` for W&B.
 """
 
 from __future__ import annotations
@@ -66,6 +70,38 @@ class GAN(Module):
         opt_g.zero_grad()
         self.untoggle_optimizer(opt_g)
         self.log_dict({"d_loss": d_loss, "g_loss": g_loss}, prog_bar=True, on_epoch=True)
+
+    @torch.no_grad()
+    def sample_grid(self, points: int = 512, size: int = 64, extent: float = 2.0) -> torch.Tensor:
+        """Where the generator puts ``points`` samples of fixed noise: a ``(1, size, size)`` image in [0, 1].
+
+        A 2-D histogram over ``[-extent, extent]^2`` (row 0 at the top), scaled by its peak.
+        """
+        z = torch.randn(points, self.noise, generator=torch.Generator().manual_seed(0))
+        xy = self(z.to(next(self.parameters()).device)).float().cpu()
+        cells = ((xy + extent) / (2 * extent) * size).floor().long()
+        inside = ((cells >= 0) & (cells < size)).all(dim=1)
+        col, row = cells[inside, 0], size - 1 - cells[inside, 1]
+        image = torch.zeros(size * size).index_add_(0, row * size + col, torch.ones(len(row)))
+        return (image / image.max().clamp(min=1.0)).reshape(1, size, size)
+
+    def on_train_epoch_end(self) -> None:
+        """Log :meth:`sample_grid` to each logger that takes images (rank 0 only, as the loggers write)."""
+        if self.global_rank != 0 or not self.loggers:
+            return
+        from interlock.listeners import TensorBoardLogger, WandbLogger
+
+        grid = None
+        for logger in self.loggers:
+            if isinstance(logger, TensorBoardLogger):
+                grid = self.sample_grid() if grid is None else grid
+                logger.experiment.add_image("samples", grid, self.global_step)
+            elif isinstance(logger, WandbLogger):
+                import wandb
+
+                grid = self.sample_grid() if grid is None else grid
+                picture = (grid[0] * 255).round().to(torch.uint8).numpy()
+                logger.experiment.log({"samples": wandb.Image(picture), "trainer/global_step": self.global_step})
 
     def configure_optimizers(self) -> Any:
         betas = (0.5, 0.999)

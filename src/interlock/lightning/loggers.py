@@ -1,9 +1,10 @@
-"""Lightning's ``loggers`` names: interlock's ``CSVLogger`` and ``TensorBoardLogger``, with Lightning's arguments.
+"""Lightning's ``loggers`` names: interlock's loggers, with Lightning's arguments.
 
-Files go where Lightning puts them: ``save_dir/name/version_N`` (the next free ``N`` when
-``version`` is not given, chosen when the logger is made). ``logger.log_dir``, ``name`` and
-``version`` read as in Lightning. MLflow, W&B, Comet, Neptune and LitLogger are not here yet:
-importing them raises ``ImportError`` saying so.
+``CSVLogger`` and ``TensorBoardLogger`` write where Lightning puts them: ``save_dir/name/version_N``
+(the next free ``N`` when ``version`` is not given, chosen when the logger is made).
+``logger.log_dir``, ``name`` and ``version`` read as in Lightning. ``MLFlowLogger`` and
+``WandbLogger`` are interlock's own (they take Lightning's arguments). Comet, Neptune and
+LitLogger are not here yet: importing them raises ``ImportError`` saying so.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from typing import Any
 from interlock.core.events import Listener
 from interlock.lightning._refuse import missing, refuse_value
 from interlock.listeners import CSVLogger as _CSVLogger
+from interlock.listeners import MLFlowLogger, WandbLogger
 from interlock.listeners import TensorBoardLogger as _TensorBoardLogger
+from interlock.listeners._tracking import LoggerListener
 
-__all__ = ["CSVLogger", "Logger", "TensorBoardLogger"]
+__all__ = ["CSVLogger", "Logger", "MLFlowLogger", "TensorBoardLogger", "WandbLogger"]
 
 
 class Logger(Listener):
@@ -31,7 +34,7 @@ class Logger(Listener):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         lightning_api = [m for m in ("log_metrics", "log_hyperparams", "experiment") if m in vars(cls)]
-        if lightning_api and not issubclass(cls, _CSVLogger | _TensorBoardLogger):
+        if lightning_api and not issubclass(cls, LoggerListener):
             raise TypeError(
                 f"{cls.__name__} defines Lightning's Logger API ({', '.join(lightning_api)}), which interlock does "
                 "not call: write an interlock.Listener that handles 'fit.train.epoch_end', 'fit.train.val.end' and "
@@ -125,18 +128,11 @@ class TensorBoardLogger(_TensorBoardLogger):
         """``save_dir/name/version_N`` (``/sub_dir``), as Lightning's."""
         return str(self.save_dir)
 
-    @property
-    def experiment(self) -> Any:
-        """The ``SummaryWriter`` (made on first use)."""
-        return self._open()
 
-
-_LATER = "it is not in interlock yet (planned); use CSVLogger or TensorBoardLogger meanwhile"
+_LATER = "it is not in interlock yet (planned); use MLFlowLogger, WandbLogger, TensorBoardLogger or CSVLogger"
 __getattr__ = missing(
     "interlock.lightning.loggers",
     {
-        "MLFlowLogger": f"MLflow: {_LATER}",
-        "WandbLogger": f"Weights & Biases: {_LATER}",
         "CometLogger": f"Comet: {_LATER}",
         "NeptuneLogger": f"Neptune: {_LATER}",
         "LitLogger": f"LitLogger: {_LATER}",

@@ -14,6 +14,7 @@ from interlock.listeners.device_stats import DeviceStatsMonitor
 from interlock.listeners.early_stopping import EarlyStopping
 from interlock.listeners.guards import FiniteGuard
 from interlock.listeners.lr_monitor import LearningRateMonitor
+from interlock.listeners.mlflow_logger import MLFlowLogger
 from interlock.listeners.progress import ProgressBar
 from interlock.listeners.rich_progress import RichProgressBar
 from interlock.listeners.summary import ModelSummary
@@ -21,6 +22,7 @@ from interlock.listeners.swa import StochasticWeightAveraging
 from interlock.listeners.tensorboard import TensorBoardLogger
 from interlock.listeners.timer import Timer
 from interlock.listeners.trace import EventTrace
+from interlock.listeners.wandb_logger import WandbLogger
 
 __all__ = [
     "CSVLogger",
@@ -29,6 +31,7 @@ __all__ = [
     "EventTrace",
     "FiniteGuard",
     "LearningRateMonitor",
+    "MLFlowLogger",
     "ModelCheckpoint",
     "ModelSummary",
     "ProgressBar",
@@ -36,6 +39,7 @@ __all__ = [
     "StochasticWeightAveraging",
     "TensorBoardLogger",
     "Timer",
+    "WandbLogger",
     "default_listeners",
 ]
 

@@ -12,15 +12,16 @@ from pathlib import Path
 from typing import Any
 
 from interlock.core.errors import OutputError
-from interlock.core.events import Event, Listener, listen
+from interlock.core.events import Event, listen
 from interlock.core.state import TrainerState
 from interlock.core.updates import SetListenerState
+from interlock.listeners._tracking import LoggerListener
 from interlock.listeners._util import ROW_KEYS, is_rank_zero, output_dir
 
 __all__ = ["CSVLogger"]
 
 
-class CSVLogger(Listener):
+class CSVLogger(LoggerListener):
     """Write ``state.history`` to ``<save_dir or run_dir>/<name>``, a row as each entry appears.
 
     Rows come at the end of each training epoch, validation, ``validate`` and

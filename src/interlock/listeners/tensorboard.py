@@ -8,15 +8,16 @@ from pathlib import Path
 from typing import Any
 
 from interlock.core.config import TrainerConfig
-from interlock.core.events import Event, Handler, Listener, listen
+from interlock.core.events import Event, Handler, listen
 from interlock.core.state import TrainerState
 from interlock.core.updates import SetListenerState
+from interlock.listeners._tracking import LoggerListener
 from interlock.listeners._util import is_rank_zero, loss_tensor, output_dir, row_metrics, stage_starts
 
 __all__ = ["TensorBoardLogger"]
 
 
-class TensorBoardLogger(Listener):
+class TensorBoardLogger(LoggerListener):
     """Write scalars with ``torch.utils.tensorboard.SummaryWriter`` to ``save_dir`` (default: the run dir).
 
     Every history row (training epoch end, validation, ``validate``, ``test``)
@@ -64,6 +65,15 @@ class TensorBoardLogger(Listener):
     def log_dir(self) -> Path | None:
         """Where the event files go (None until the run directory is known, and on ranks other than 0)."""
         return None if self._rank_zero is False else self._dir
+
+    @property
+    def experiment(self) -> Any:
+        """The ``SummaryWriter`` (Lightning's ``logger.experiment``), made on first use: ``add_image``, ..."""
+        if self._rank_zero is False:
+            raise RuntimeError(
+                "TensorBoardLogger.experiment is written by rank 0 only; guard the call with global_rank"
+            )
+        return self._open()
 
     def _open(self) -> Any:
         if self._writer is None:

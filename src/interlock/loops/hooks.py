@@ -78,6 +78,7 @@ def _module_call(run: Run, hook: str, loop: str) -> Callable[..., list[Update]] 
         return None
     method = getattr(module, hook)
     mdict = module.__dict__
+    train = loop == "train"  # its step-level values also go to the loggers' step rows
     step = run.step
 
     def call(*args: Any, **kwargs: Any) -> list[Update]:
@@ -91,7 +92,7 @@ def _module_call(run: Run, hook: str, loop: str) -> Callable[..., list[Update]] 
         updates = as_updates(out, f"{type(module).__name__}.{hook}")
         logs = mdict.get("_interlock_logs")
         if logs:
-            updates.extend(take(logs, hook, loop, lambda: batch_size(step.batch)))
+            updates.extend(take(logs, hook, loop, lambda: batch_size(step.batch), step.logged if train else None))
         return updates
 
     return call

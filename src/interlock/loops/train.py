@@ -64,7 +64,7 @@ def register(reg: Registry) -> None:
             step.outputs = feed.last_outputs = outputs
             step.loss = loss_of(outputs) if not manual else None
             logs = mdict.get("_interlock_logs")
-            return take(logs, "training_step", "train", infer) if logs else None
+            return take(logs, "training_step", "train", infer, step.logged) if logs else None
 
         return act
 
@@ -85,6 +85,12 @@ def register(reg: Registry) -> None:
         """What the step returned."""
         step = run.step
         return lambda: step.outputs
+
+    @reg.payload_key("logged", lazy=True)
+    def logged(run: Run) -> Any:
+        """What the batch logged on step for the loggers (``self.log(..., logger=True)``), by logger name."""
+        step = run.step
+        return lambda: dict(step.logged)
 
     @reg.payload_key("lr", lazy=True)
     def lr(run: Run) -> Any:

@@ -19,9 +19,8 @@ from interlock.core.events import EventBus, Handler, Listener, Observer, order_l
 from interlock.core.module import Module, overrides
 from interlock.core.run import Run
 from interlock.core.state import TrainerState
+from interlock.listeners._tracking import LoggerListener
 from interlock.listeners.checkpoint import ModelCheckpoint
-from interlock.listeners.csv_logger import CSVLogger
-from interlock.listeners.tensorboard import TensorBoardLogger
 from interlock.loops import default_registry
 from interlock.trainer.flags import check_lightning_flags, check_model_summary, resolve_listeners, split_callbacks
 from interlock.trainer.runtime import Runtime
@@ -258,10 +257,20 @@ class Trainer:
             self.runtime.state.run_dir,
             self.seed,
             restore_checks=checks,
-            loggers=tuple(x for x in self.listeners if isinstance(x, CSVLogger | TensorBoardLogger)),
+            loggers=self._loggers(),
             callbacks=self.lightning_callbacks,
             listeners=tuple(self.listeners),
         )
+
+    def _loggers(self) -> tuple[LoggerListener, ...]:
+        """The logger listeners (the module's ``self.loggers``), told of the checkpoint listeners they upload."""
+        loggers = tuple(x for x in self.listeners if isinstance(x, LoggerListener))
+        checkpoints = [x for x in self.listeners if isinstance(x, ModelCheckpoint)]
+        for logger in loggers:
+            bind = getattr(logger, "bind_checkpoints", None)
+            if bind is not None:
+                bind(checkpoints)
+        return loggers
 
     def _launch(self, module: Module, call: Callable[[Session], Any]) -> Any:
         """Run ``call`` through the strategy's launcher.
@@ -270,6 +279,11 @@ class Trainer:
         weights back, so ``module`` and ``self.state`` end as the run did.
         """
         self.__dict__["_module"] = module  # what a later validate/test/predict without a module runs
+        hparams = dict(getattr(module, "hparams", None) or {})
+        for logger in self.listeners:
+            bind = getattr(logger, "bind_hyperparameters", None)
+            if bind is not None and isinstance(logger, LoggerListener):
+                bind(hparams)
         self._attach_module_callbacks(module)
         session, strategy = self._session(), self.hardware.strategy
         if not strategy.launches_processes:
