@@ -216,6 +216,26 @@ def test_failed_run_shows_the_failing_state_and_scrubbing_moves_the_highlight(br
         server.stop()
 
 
+def test_failed_run_page_shows_the_reproduce_command_and_each_point_its_replay(browser: Any, failed_run: Path) -> None:
+    """A failed run's page names the replay of its failure; each timeline point shows the replay to that transition."""
+    run = next(failed_run.glob("runs/version_*"))
+    failure = json.loads((run / "failure.json").read_text())
+    server = ViewServer(failed_run).start()
+    try:
+        page = Page(browser, _base(server.url))
+        page.page.goto(server.url)
+        page.page.wait_for_selector("#chart g.node.iv-failed")
+        call = f"interlock.replay({json.dumps(str(run.resolve()))}, module, train_data, val_data, to="
+        assert f"reproduce it: {call}{failure['transition']})" in page.text("#outcome")
+        page.page.locator("#follow").uncheck()
+        page.page.locator("#scrub").fill("5")  # the first records are single transitions: record 5 is transition 5
+        assert page.text("#replay") == f"{call}5)"
+        assert "transition 5:" in page.text("#moment")
+        page.check_clean()
+    finally:
+        server.stop()
+
+
 def _slow_config(folder: Path, epochs: int, delay: float) -> Path:
     cfg = folder / "slow.yaml"
     cfg.write_text(

@@ -216,7 +216,15 @@ def record_cli_config(fit_cfg: Namespace, run_dir: str) -> None:
         )
 
 
-_OUTPUTS = ("ModelCheckpoint", "CSVLogger", "TensorBoardLogger", "ProgressBar", "EventTrace", "ModelSummary")
+_OUTPUTS = (
+    "ModelCheckpoint",
+    "CSVLogger",
+    "TensorBoardLogger",
+    "ProgressBar",
+    "RichProgressBar",
+    "EventTrace",
+    "ModelSummary",
+)
 
 
 def replay(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str]) -> int:

@@ -77,10 +77,15 @@ def _state(run: Path, cfg: ViewConfig, offset: int, seen: dict[str, Any]) -> tup
     if listing != seen.get("checkpoints"):
         seen["checkpoints"] = listing
         out["checkpoints"] = checkpoint_rows(run, cfg.argv)
+    cli = (run / CLI_CONFIG).is_file() or cfg.argv is not None  # a run of `interlock fit`: `interlock replay` works
+    if cli != seen.get("cli"):
+        seen["cli"] = cli
+        out["replay"] = {"run_dir": str(run.resolve()), "cli": cli}
     return out, offset
 
 
 CHART_FILE = "chart.yaml"  # interlock.connectors.rundir.CHART_FILE (the view does not import the trainer's layers)
+CLI_CONFIG = "cli.yaml"  # interlock.cli.commands.CLI_CONFIG: the config of a run started by `interlock fit`
 
 
 class _Charts:

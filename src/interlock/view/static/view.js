@@ -76,9 +76,11 @@
   function where(n) {
     const visits = {}, taken = {};
     let current = null, error = null, failedIn = null, failedWhere = null, stoppedIn = null, stoppedBy = null, prev = null;
+    let number = 0, failNumber = 0;  // transitions so far (a repeat's turns counted), the one the run failed after
     for (let i = 0; i < n; i++) {
       const e = run.events[i];
       if (i === 0) visits[e.source] = 1;
+      number += e.cycle ? e.times * e.cycle.length : 1;
       if (e.cycle) {  // a compact trace's repeat: the loop's transitions, each taken e.times times
         for (const c of e.cycle) {
           visits[c.event] = (visits[c.event] || 0) + e.times;
@@ -91,13 +93,20 @@
       visits[e.event] = (visits[e.event] || 0) + 1;
       const key = `${e.source}|${e.trigger}|${e.event}`;
       taken[key] = (taken[key] || 0) + 1;
-      if (FINALS.has(e.source)) { error = failedIn = failedWhere = stoppedIn = stoppedBy = null; }
+      if (FINALS.has(e.source)) { error = failedIn = failedWhere = stoppedIn = stoppedBy = null; failNumber = 0; }
       if (STOPS.has(e.trigger)) { stoppedIn = e.source; stoppedBy = e.trigger; }
+      if (e.trigger === "fail") failNumber = number - 1;
       if (e.trigger === "fail" || (e.error != null && prev !== "fail")) failedIn = e.source;
       if (e.error != null) { error = String(e.error); if (e.where != null) failedWhere = String(e.where); }
       prev = e.trigger; current = e.event;
     }
-    return { visits, taken, current, error, failedIn, failedWhere, stoppedIn, stoppedBy, last: n ? run.events[n - 1] : null };
+    return { visits, taken, current, error, failedIn, failedWhere, stoppedIn, stoppedBy, number, failNumber, last: n ? run.events[n - 1] : null };
+  }
+  // the one line that replays this run to transition k (the CLI's for a run of `interlock fit`, else the Python call)
+  function replayCommand(k) {
+    const r = run.replay;
+    if (!r || !k) return "";
+    return r.cli ? `interlock replay ${r.run_dir} --to ${k}` : `interlock.replay(${JSON.stringify(r.run_dir)}, module, train_data, val_data, to=${k})`;
   }
   const pos = () => Number($("scrub").value);
 
@@ -127,11 +136,13 @@
     if (s.error || (s.stoppedIn && !s.error)) {
       out.hidden = false;
       out.className = s.error ? "failed" : "interrupted";
-      out.textContent = s.error ? `failed in ${s.failedWhere || s.failedIn}: ${s.error}` : `${s.stoppedBy === "preempt" ? "preempted" : "interrupted"} in ${s.stoppedIn}`;
+      out.textContent = s.error ? `failed in ${s.failedWhere || s.failedIn}: ${s.error}` + (s.failNumber ? `\nreproduce it: ${replayCommand(s.failNumber)}` : "") : `${s.stoppedBy === "preempt" ? "preempted" : "interrupted"} in ${s.stoppedIn}`;
     } else out.hidden = true;
     const e = s.last;
     const what = e && e.cycle ? `a loop ×${e.times} (${e.cycle.length} transitions each) to ${e.event}` : e ? `${e.source} —${e.trigger}→ ${e.event}` : "";
-    $("moment").textContent = e ? `event ${n}/${run.events.length}: ${what} · epoch ${e.epoch} step ${e.global_step}` + (e.time ? ` · ${new Date(e.time * 1000).toLocaleTimeString()}` : "") : "start";
+    $("moment").textContent = e ? `event ${n}/${run.events.length}, transition ${s.number}: ${what} · epoch ${e.epoch} step ${e.global_step}` + (e.time ? ` · ${new Date(e.time * 1000).toLocaleTimeString()}` : "") : "start";
+    $("replay").textContent = replayCommand(s.number);
+    $("replay").hidden = !s.number;
     $("current").innerHTML = e ? `<code id="current-state">${esc(s.current)}</code> · epoch ${esc(e.epoch)} · step ${esc(e.global_step)}` : "—";
     const rows = Object.entries(s.taken).sort((a, b) => b[1] - a[1]).map(([k, c]) => {
       const [src, trig, dst] = k.split("|"), guard = info.guards[`${src}|${trig}`];
@@ -182,12 +193,13 @@
     if (data.events) run.events.push(...data.events);
     if (data.metrics) { run.metrics = data.metrics; plots(); }
     if (data.checkpoints) { run.checkpoints = data.checkpoints; checkpoints(); }
+    if (data.replay) run.replay = data.replay;
     setScrub(); draw();
   }
   async function open(id) {
     if (run.source) { run.source.close(); run.source = null; }
     await loadChart(id);  // the chart this run ran (a custom one when it was trained with one)
-    Object.assign(run, { id, events: [], metrics: [], checkpoints: [] });
+    Object.assign(run, { id, events: [], metrics: [], checkpoints: [], replay: null });
     $("plots").innerHTML = '<p class="muted">no metrics.csv yet</p>';
     const url = new URL(location.href); url.searchParams.set("run", id); history.replaceState(null, "", url);
     const src = new EventSource(`/api/stream?run=${encodeURIComponent(id)}`);
