@@ -216,10 +216,14 @@ def record_cli_config(fit_cfg: Namespace, run_dir: str) -> None:
         )
 
 
+#: listeners that only write outputs (files, stores, the terminal): a replay leaves them out, it writes nothing
 _OUTPUTS = (
     "ModelCheckpoint",
     "CSVLogger",
     "TensorBoardLogger",
+    "MLFlowLogger",
+    "WandbLogger",
+    "DeviceStatsMonitor",
     "ProgressBar",
     "RichProgressBar",
     "EventTrace",
