@@ -40,6 +40,7 @@ __all__ = [
     "convert",
     "inspect",
     "listeners",
+    "lr_find",
     "record_cli_config",
     "replay",
     "run",
@@ -470,6 +471,37 @@ def listeners(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str]) -> in
     return 0
 
 
+def lr_find(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str]) -> int:
+    """``lr-find``: build from the config, sweep the learning rate, print the suggestion and the plot's path."""
+    from interlock.tuner import lr_find as sweep
+
+    sub = cfg["lr-find"]
+    _seed(sub.trainer.get("seed"))
+    built = _instantiate(parser, cfg, ("model", "data", "trainer"))
+    train = _loader(built.data, "train_dataloader", "lr-find")
+    has_val = callable(getattr(built.data, "val_dataloader", None))
+    val = _loader(built.data, "val_dataloader", "lr-find") if has_val else None
+    finder = sweep(
+        built.trainer,
+        built.model,
+        train,
+        val,
+        min_lr=sub.min_lr,
+        max_lr=sub.max_lr,
+        num_training=sub.num_training,
+        mode=sub.mode,
+        early_stop_threshold=sub.early_stop_threshold,
+    )
+    if finder is None:
+        print("lr-find: skipped under fast_dev_run (as in Lightning)")
+        return 0
+    lr = finder.suggestion()
+    print(f"lr-find: {len(finder.results['lr'])} rates tried from {sub.min_lr:g} to {sub.max_lr:g}")
+    print(f"suggested learning rate: {lr:.6g}" if lr is not None else "no suggestion: too few points (see above)")
+    print(f"plot: {Path(finder.run_dir).absolute() / 'lr_find.svg'}")
+    return 0
+
+
 COMMANDS: dict[str, Callable[[ArgumentParser, Namespace, Sequence[str]], int]] = {
     "fit": run,
     "validate": run,
@@ -479,6 +511,7 @@ COMMANDS: dict[str, Callable[[ArgumentParser, Namespace, Sequence[str]], int]] =
     "convert": convert,
     "inspect": inspect,
     "listeners": listeners,
+    "lr-find": lr_find,
     "view": view,
     "replay": replay,
 }

@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 RUN_COMMANDS = ("fit", "validate", "test", "predict")
-CONFIG_COMMANDS = (*RUN_COMMANDS, "listeners")
+CONFIG_COMMANDS = (*RUN_COMMANDS, "lr-find", "listeners")
 DEFAULT_CONFIG = str(resources.files("interlock.examples").joinpath("default.yaml"))
 
 LOADERS: dict[str, tuple[str, str | None]] = {
@@ -38,6 +38,7 @@ LOADERS: dict[str, tuple[str, str | None]] = {
     "validate": ("val_dataloader", None),
     "test": ("test_dataloader", None),
     "predict": ("predict_dataloader", None),
+    "lr-find": ("train_dataloader", "val_dataloader"),
 }
 """Per run subcommand: the data method it needs, and an optional one it uses when present."""
 
@@ -99,6 +100,10 @@ def _config_parser(command: str) -> ArgumentParser:
     description = (
         f"Build model, data and Trainer from the config, then run\n  trainer.{command}(model, {calls})."
         if run
+        else "Build model, data and Trainer from the config, then sweep the learning rate (Lightning's finder):\n"
+        f"  interlock.tuner.lr_find(trainer, model, {calls}),\n"
+        "print the suggested rate and write the plot lr_find.svg to the sweep's run directory."
+        if command == "lr-find"
         else "Build the Trainer from the config (no run) and print its listeners and, for each event,\n"
         "which handlers run in which order."
     )
@@ -112,13 +117,13 @@ def _config_parser(command: str) -> ArgumentParser:
     parser.add_subclass_arguments(
         Module,
         "model",
-        required=run,
+        required=run or command == "lr-find",
         help="The interlock.Module to run: class_path (import path or name) and init_args.",
     )
     parser.add_argument(
         "--data",
         type=DataModule | None,
-        required=run,
+        required=run or command == "lr-find",
         help="The data: class_path and init_args of any class with train_dataloader(), val_dataloader(), "
         "test_dataloader() and/or predict_dataloader().",
     )
@@ -134,6 +139,19 @@ def _config_parser(command: str) -> ArgumentParser:
         "trainer.default_root_dir). fit resumes exactly; the others load its weights."
         + ("" if run else " Ignored here."),
     )
+    if command == "lr-find":
+        parser.add_argument("--min_lr", type=float, default=1e-8, help="The first rate of the sweep.")
+        parser.add_argument("--max_lr", type=float, default=1.0, help="The last rate of the sweep.")
+        parser.add_argument("--num_training", type=int, default=100, help="How many rates (optimizer steps) to try.")
+        parser.add_argument(
+            "--mode", type=Literal["exponential", "linear"], default="exponential", help="How the rate grows."
+        )
+        parser.add_argument(
+            "--early_stop_threshold",
+            type=float | None,
+            default=4.0,
+            help="Stop once the smoothed loss exceeds this many times the best (null: never).",
+        )
     if command == "fit":
         parser.add_argument(
             "--view",
@@ -265,6 +283,7 @@ def build_parser() -> ArgumentParser:
         "test": "Run the test loop once.",
         "predict": "Run the predict loop.",
         "listeners": "Show the configured listeners and which handlers run for each event.",
+        "lr-find": "Sweep the learning rate and suggest one (Lightning's learning-rate finder).",
     }
     for name in CONFIG_COMMANDS:
         commands.add_subcommand(name, _config_parser(name), help=helps[name])

@@ -265,7 +265,8 @@ __getattr__ = missing(
     "interlock.lightning.callbacks",
     {
         "BatchSizeFinder": "choose the batch size yourself; interlock has no batch-size finder",
-        "LearningRateFinder": "interlock has no learning-rate finder; pick the rate with a short sweep of fits",
+        "LearningRateFinder": "run the finder before fit: interlock.lightning.tuner.Tuner(trainer).lr_find(model, "
+        "train_loader) or interlock.tuner.lr_find(trainer, model, train_loader)",
         "BackboneFinetuning": f"freeze and unfreeze parameters in module hooks (on_train_epoch_start), or {_NATIVE}",
         "BaseFinetuning": f"freeze and unfreeze parameters in module hooks (on_train_epoch_start), or {_NATIVE}",
         "GradientAccumulationScheduler": "use Trainer(accumulate_grad_batches=N) (a fixed count)",

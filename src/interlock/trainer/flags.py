@@ -25,7 +25,7 @@ __all__ = ["LIGHTNING_ONLY", "check_lightning_flags", "check_model_summary", "re
 LIGHTNING_ONLY: Mapping[str, tuple[tuple[Any, ...], str]] = {
     "gpus": ((None,), "use accelerator='gpu', devices=N (Lightning 2 removed gpus= as well)"),
     "tpu_cores": ((None,), "interlock has no TPU accelerator; use accelerator='cpu'|'cuda'|'mps'"),
-    "auto_lr_find": ((False,), "Lightning 2 removed it (Tuner); interlock has no learning-rate finder"),
+    "auto_lr_find": ((False,), "Lightning 2 removed it (Tuner): call interlock.tuner.lr_find(trainer, module, ...)"),
     "auto_scale_batch_size": ((False,), "Lightning 2 removed it (Tuner); interlock has no batch-size finder"),
     "resume_from_checkpoint": ((None,), "use trainer.fit(module, ..., ckpt_path=PATH)"),
     "reload_dataloaders_every_n_epochs": (
