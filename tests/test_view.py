@@ -193,20 +193,23 @@ def test_failed_run_shows_the_failing_state_and_scrubbing_moves_the_highlight(br
     try:
         page = Page(browser, _base(server.url))
         page.page.goto(server.url)
-        page.page.wait_for_selector("#chart g.node.iv-failed")
-        failed = page.page.locator("#chart g.node.iv-failed").get_attribute("data-state")
-        assert failed == "fit.train.val.batch.step"
+        page.page.wait_for_selector("#chart g.node.iv-failed")  # the overview: the box holding the failure
+        assert page.page.locator("#chart g.node.iv-failed").get_attribute("data-state") == "fit"
+        page.page.click("#now")  # the region the run is in
+        page.page.wait_for_selector("#chart g.node.iv-failed[data-state='fit.train.val.batch.step']")
         assert "ValueError: labels out of range in batch 1" in page.text("#outcome")
         assert page.text("#status") == "failed"
         page.shot("failed.png")
         page.page.locator("#follow").uncheck()
         page.page.locator("#scrub").fill("6")
-        early = page.page.locator("#chart g.node.iv-current").get_attribute("data-state")
-        assert early is not None and early != "failed"
-        assert page.text("#current-state") == early
+        page.page.click("#zoom-current")  # opens the region of the state at that moment
+        early = page.text("#current-state")
+        page.page.wait_for_selector(f"#chart g.node.iv-current[data-state='{early}']")
+        assert early != "failed"
         assert not page.page.locator("#chart g.node.iv-failed").count()
         page.page.locator("#scrub").fill("12")
-        later = page.page.locator("#chart g.node.iv-current").get_attribute("data-state")
+        later = page.text("#current-state")
+        page.page.wait_for_selector(f"#chart g.node.iv-current[data-state='{later}']")
         assert later != early
         page.page.click("#zoom-in")
         page.page.mouse.wheel(0, -300)
@@ -269,6 +272,7 @@ def test_live_run_is_followed_and_its_resume_command_resumes(browser: Any, tmp_p
         page = Page(browser, _base(url))
         page.page.goto(url)
         page.page.wait_for_selector("#chart g.node.iv-current", timeout=60_000)
+        page.page.click("#zoom-current")  # follow the run from region to region
         states: list[str | None] = []
         points: list[int] = []
         deadline = time.monotonic() + 120
@@ -397,11 +401,62 @@ def test_the_page_draws_a_custom_chart_run(browser: Any, ema_run: Path) -> None:
     try:
         page = Page(browser, _base(server.url))
         page.page.goto(server.url)
+        for box in ("fit", "fit.train", "fit.train.batch"):  # open the regions down to the run's own state
+            open_box(page.page, box)
         ema = page.page.locator("#chart g.node[data-state='fit.train.batch.ema']")
         ema.wait_for()
         page.page.wait_for_selector("#chart g.node[data-state='fit.train.batch.ema'].iv-visited")
         assert page.text("#status") == "finished"
         page.shot("custom-chart.png")
+        page.check_clean()
+    finally:
+        server.stop()
+
+
+def open_box(page: Any, state: str) -> None:
+    """Click the box of region ``state`` (as a user does) and wait for its drawing."""
+    box = page.locator(f"#chart g.node.iv-region[data-state='{state}']")
+    box.wait_for()
+    where = box.bounding_box()
+    page.mouse.click(where["x"] + where["width"] / 2, where["y"] + where["height"] / 2)
+    page.wait_for_function(
+        "(r) => [...document.querySelectorAll('#crumbs .crumb')].pop().dataset.region === r", arg=state
+    )
+
+
+_SMALLEST_CHART_TEXT = """() => {
+  const sizes = [...document.querySelectorAll("#chart svg text")].filter((t) => t.textContent.trim()).map((t) => {
+    const m = t.getScreenCTM();
+    return parseFloat(getComputedStyle(t).fontSize) * Math.hypot(m.a, m.b);
+  });
+  return [Math.min(...sizes), sizes.length];
+}"""
+
+
+def test_the_view_opens_on_a_legible_overview_and_a_click_opens_a_region(browser: Any, failed_run: Path) -> None:
+    """At 1400 px the first screen is the overview, no chart text under 8 px; a box opens, the breadcrumb returns."""
+    server = ViewServer(failed_run).start()
+    try:
+        page = Page(browser, _base(server.url))
+        page.page.set_viewport_size({"width": 1400, "height": 900})
+        page.page.goto(server.url)
+        page.page.wait_for_selector("#chart g.node.iv-failed")
+        assert page.text("#crumbs").startswith("chart")
+        regions = page.page.locator("#chart g.node.iv-region")
+        assert {regions.nth(i).get_attribute("data-state") for i in range(regions.count())} >= {"fit", "validate"}
+        smallest, count = page.page.evaluate(_SMALLEST_CHART_TEXT)
+        assert count > 20 and smallest >= 8, (smallest, count)
+        page.shot("overview.png")
+        open_box(page.page, "fit")
+        page.page.wait_for_selector("#chart g.node[data-state='fit.train']")
+        assert not page.page.locator("#chart g.node[data-state='fit']").count()
+        smallest, count = page.page.evaluate(_SMALLEST_CHART_TEXT)
+        assert count > 10 and smallest >= 8, (smallest, count)
+        open_box(page.page, "fit.train")
+        assert page.page.locator("#crumbs .crumb").all_inner_texts() == ["chart", "fit", "train"]
+        page.page.click("#crumbs .crumb[data-region='']")  # back to the overview
+        page.page.wait_for_selector("#chart g.node.iv-region[data-state='fit']")
+        assert page.page.locator("#crumbs .crumb").all_inner_texts() == ["chart"]
         page.check_clean()
     finally:
         server.stop()

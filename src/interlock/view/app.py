@@ -3,7 +3,9 @@
 Routes: ``/`` the page; ``/static/*`` its assets (from the package); ``/api/runs`` the runs
 under the root; ``/api/chart.svg?run=R`` the chart run ``R`` ran (its ``chart.yaml``, written
 at set-up; the built-in chart for a run without one) drawn by Graphviz, plus
-``/api/chart.json?run=R`` (state path -> SVG node title); ``/api/stream?run=R`` server-sent events: a ``snapshot``
+``/api/chart.json?run=R`` (state path -> SVG node title, and the compound states); ``&region=X&depth=N``
+on the SVG draws a part (``interlock chart --region X --depth N``: the page draws one level at a time);
+``/api/stream?run=R`` server-sent events: a ``snapshot``
 of run ``R`` then an ``update`` whenever its trace, metrics or checkpoints change (polled
 every ``poll`` seconds); ``/api/file?run=R&path=P`` one file of a run. When a token is
 set every request must carry it (``?token=`` or the cookie the page sets).
@@ -37,6 +39,7 @@ from interlock.core.traceformat import Decoder
 from interlock.view.checkpoints import checkpoint_rows
 from interlock.view.runs import ForbiddenPath, find_runs, read_events, read_metrics, run_dir, safe_path
 from interlock.viz import GraphvizError, render, state_ids
+from interlock.viz.render import check_region
 
 __all__ = ["ViewConfig", "make_app"]
 
@@ -113,10 +116,12 @@ class _Charts:
                 return "", self.default
         return key, self.charts[key]
 
-    def svg(self, key: str, chart: Chart) -> str | bytes:
-        if key not in self.svgs:
-            self.svgs[key] = render(chart, "svg")
-        return self.svgs[key]
+    def svg(self, key: str, chart: Chart, region: str | None = None, depth: int | None = None) -> str | bytes:
+        """The drawing of ``chart`` (a part: ``region`` and ``depth``, as ``interlock chart``), made once."""
+        part = f"{key}|{region or ''}|{depth or ''}"
+        if part not in self.svgs:
+            self.svgs[part] = render(chart, "svg", region=region, depth=depth)
+        return self.svgs[part]
 
 
 def make_app(cfg: ViewConfig) -> Starlette:
@@ -142,11 +147,17 @@ def make_app(cfg: ViewConfig) -> Starlette:
         return JSONResponse({"root": str(root), "runs": find_runs(root), "open": cfg.run})
 
     async def chart_svg(request: Request) -> Response:
+        region = request.query_params.get("region") or None
+        depth_text = request.query_params.get("depth") or None
         try:
+            depth = int(depth_text) if depth_text is not None else None
             key, chart = await asyncio.to_thread(charts.of, run_of(request))
-            svg = await asyncio.to_thread(charts.svg, key, chart)
+            check_region(chart, region, depth)
+            svg = await asyncio.to_thread(charts.svg, key, chart, region, depth)
         except ForbiddenPath as exc:
             return Response(str(exc), status_code=403, media_type="text/plain")
+        except ValueError as exc:
+            return Response(str(exc), status_code=400, media_type="text/plain")
         except GraphvizError as exc:
             return Response(str(exc), status_code=503, media_type="text/plain")
         return Response(svg, media_type="image/svg+xml")
@@ -159,6 +170,7 @@ def make_app(cfg: ViewConfig) -> Starlette:
         return JSONResponse(
             {
                 "ids": state_ids(chart),
+                "regions": sorted(p for p, st in chart.states.items() if st.children),
                 "finals": sorted(chart.final_states),
                 "guards": _guards(chart),
                 "source": "run" if key else "built-in",

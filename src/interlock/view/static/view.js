@@ -13,14 +13,44 @@
   const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
   const fmt = (v) => typeof v === "number" ? (Number.isInteger(v) ? String(v) : v.toPrecision(4)) : String(v);
 
-  // -- the chart, pan and zoom -------------------------------------------------------
+  // -- the chart: one region at a time, one level deep, pan and zoom ---------------------------
+  // The page opens on the overview (the top level, each region a box); a click on a box opens that
+  // region, the breadcrumb goes back up. Every drawing is `interlock chart --region R --depth 1`.
+  let region = null, regions = new Set(), drawings = new Map(), tracking = false, opening = null;
+  const regionOf = (path) => {  // the region a state is drawn in: its parent (null: the top level)
+    const i = path ? path.lastIndexOf(".") : -1;
+    return i < 0 ? null : path.slice(0, i);
+  };
+  const focusOf = (s) => s.failedIn || (s.error ? null : s.stoppedIn) || s.current;  // where the run is (or ended)
+  const shownAs = (path) => {  // the drawn node standing for a state: itself, or the box holding it
+    for (let p = path; p; p = regionOf(p)) if (nodes[p]) return p;
+    return null;
+  };
+
   async function loadChart(id) {
-    const q = `?run=${encodeURIComponent(id)}`;
-    info = await (await fetch(`/api/chart.json${q}`)).json();
-    nodes = {};
-    const res = await fetch(`/api/chart.svg${q}`);
-    if (!res.ok) { svg = view = null; $("chart").innerHTML = `<p class="muted">${esc(await res.text())}</p>`; return; }
-    const doc = new DOMParser().parseFromString(await res.text(), "image/svg+xml");
+    info = await (await fetch(`/api/chart.json?run=${encodeURIComponent(id)}`)).json();
+    regions = new Set(info.regions || []);
+    drawings = new Map(); region = null; tracking = false;
+    await openRegion(null);
+  }
+
+  function openRegion(r) {  // one drawing at a time: a request while one loads waits for it
+    opening = (opening || Promise.resolve()).then(() => drawRegion(r)).finally(() => { opening = null; });
+    return opening;
+  }
+
+  async function drawRegion(r) {
+    if (r === region && svg && drawings.has(`${run.id || ""}|${r || ""}`)) return;
+    const key = `${run.id || ""}|${r || ""}`;
+    let text = drawings.get(key);
+    if (text === undefined) {
+      const q = `?run=${encodeURIComponent(run.pending || run.id)}&depth=1` + (r ? `&region=${encodeURIComponent(r)}` : "");
+      const res = await fetch(`/api/chart.svg${q}`);
+      if (!res.ok) { svg = view = null; $("chart").innerHTML = `<p class="muted">${esc(await res.text())}</p>`; return; }
+      text = await res.text(); drawings.set(key, text);
+    }
+    region = r; nodes = {};
+    const doc = new DOMParser().parseFromString(text, "image/svg+xml");
     svg = document.importNode(doc.documentElement, true);
     svg.removeAttribute("width"); svg.removeAttribute("height");
     $("chart").replaceChildren(svg);
@@ -28,10 +58,26 @@
     for (const g of svg.querySelectorAll("g.node")) {
       const t = g.querySelector("title"); if (t) byTitle[t.textContent] = g;
     }
-    for (const [path, id] of Object.entries(info.ids)) if (byTitle[id]) { nodes[path] = byTitle[id]; byTitle[id].dataset.state = path; }
+    for (const [path, id] of Object.entries(info.ids)) if (byTitle[id]) {
+      const g = byTitle[id]; nodes[path] = g; g.dataset.state = path;
+      if (regions.has(path)) { g.classList.add("iv-region"); g.setAttribute("role", "button"); }
+    }
     const vb = svg.viewBox.baseVal;
     full = { x: vb.x, y: vb.y, w: vb.width, h: vb.height };
     view = { ...full };
+    crumbs();
+    if (run.events.length) draw();
+  }
+
+  function crumbs() {
+    const parts = [`<button class="crumb" data-region="">chart</button>`];
+    if (region) {
+      const names = region.split(".");
+      names.forEach((name, i) => parts.push(`<button class="crumb" data-region="${esc(names.slice(0, i + 1).join("."))}">${esc(name)}</button>`));
+    }
+    const now = run.events.length ? regionOf(focusOf(where(pos()))) : null;
+    const here = now !== null && now !== region ? ` <button id="now" data-region="${esc(now)}" title="open the region the run is in">now: ${esc(now)}</button>` : "";
+    $("crumbs").innerHTML = parts.join(" › ") + here;
   }
 
   function setView(v) { view = v; svg.setAttribute("viewBox", `${v.x} ${v.y} ${v.w} ${v.h}`); }
@@ -59,17 +105,35 @@
     const box = $("chart");
     box.addEventListener("wheel", (ev) => { ev.preventDefault(); const p = toChart(ev); zoom(ev.deltaY > 0 ? 1.15 : 1 / 1.15, p.x, p.y); }, { passive: false });
     let drag = null;
-    box.addEventListener("pointerdown", (ev) => { drag = { p: toChart(ev), v: { ...view } }; box.setPointerCapture(ev.pointerId); });
+    box.addEventListener("pointerdown", (ev) => { drag = { p: toChart(ev), x: ev.clientX, y: ev.clientY }; box.setPointerCapture(ev.pointerId); });
     box.addEventListener("pointermove", (ev) => {
       if (!drag || !view) return;
       const p = toChart(ev);
       setView({ ...view, x: view.x - (p.x - drag.p.x), y: view.y - (p.y - drag.p.y) });
     });
-    box.addEventListener("pointerup", () => { drag = null; });
+    box.addEventListener("pointerup", (ev) => {
+      const still = drag && Math.abs(ev.clientX - drag.x) + Math.abs(ev.clientY - drag.y) < 4;
+      drag = null;
+      if (!still) return;
+      const hit = document.elementFromPoint(ev.clientX, ev.clientY);
+      const g = hit && hit.closest ? hit.closest("g.node.iv-region") : null;
+      if (g) { tracking = false; openRegion(g.dataset.state); }  // a click on a region's box opens it
+    });
+    $("crumbs").addEventListener("click", (ev) => {
+      const b = ev.target.closest ? ev.target.closest("button") : null;
+      if (!b) return;
+      tracking = b.id === "now";  // "now" follows the run from region to region; a crumb stays put
+      openRegion(b.dataset.region || null);
+    });
     $("zoom-in").onclick = () => zoom(1 / 1.4);
     $("zoom-out").onclick = () => zoom(1.4);
     $("zoom-fit").onclick = () => setView({ ...full });
-    $("zoom-current").onclick = () => { const s = where(pos()); if (s.current) centreOn(s.current); };
+    $("zoom-current").onclick = async () => {
+      const at = focusOf(where(pos())); if (!at) return;
+      tracking = true;
+      if (regionOf(at) !== region) await openRegion(regionOf(at));
+      centreOn(at);
+    };
   }
 
   // -- where the run was after the first n events -----------------------------------------
@@ -123,12 +187,18 @@
 
   function draw() {
     const n = pos(), s = where(n);
+    const at = focusOf(s);
+    if (tracking && at && regionOf(at) !== region && !opening) openRegion(regionOf(at));  // redraws when drawn
+    const cur = s.current && !s.failedIn ? shownAs(s.current) : null, bad = s.failedIn ? shownAs(s.failedIn) : null;
+    const stop = s.stoppedIn && !s.error ? shownAs(s.stoppedIn) : null, seen = {};
+    for (const p of Object.keys(s.visits)) { const at = shownAs(p); if (at) seen[at] = true; }
     for (const [path, g] of Object.entries(nodes)) {
-      g.classList.toggle("iv-visited", !!s.visits[path]);
-      g.classList.toggle("iv-current", path === s.current && !s.failedIn);
-      g.classList.toggle("iv-failed", path === s.failedIn);
-      g.classList.toggle("iv-interrupted", path === s.stoppedIn && !s.error);
-      if (s.visits[path] || g.querySelector("text.iv-count")) badge(g, s.visits[path] || 0);
+      g.classList.toggle("iv-visited", !!seen[path]);
+      g.classList.toggle("iv-current", path === cur);
+      g.classList.toggle("iv-failed", path === bad);
+      g.classList.toggle("iv-interrupted", path === stop);
+      const count = s.visits[path] || 0;  // a leaf's visits (a region's box is marked, not counted)
+      if (count || g.querySelector("text.iv-count")) badge(g, count);
     }
     const status = !s.last ? "no events" : FINALS.has(s.current) ? s.current : "running";
     $("status").textContent = status; $("status").className = `badge ${status}`;
@@ -149,6 +219,7 @@
       return `<tr><td><code>${esc(src)}</code> —${esc(trig)}${guard ? ` <b>[${esc(guard)}]</b>` : ""}→ <code>${esc(dst)}</code></td><td class="n">×${c}</td></tr>`;
     });
     $("transitions").innerHTML = rows.join("");
+    crumbs();
   }
 
   // -- metrics and checkpoints ----------------------------------------------------------
@@ -198,15 +269,13 @@
   }
   async function open(id) {
     if (run.source) { run.source.close(); run.source = null; }
-    await loadChart(id);  // the chart this run ran (a custom one when it was trained with one)
-    Object.assign(run, { id, events: [], metrics: [], checkpoints: [], replay: null });
+    Object.assign(run, { id, pending: id, events: [], metrics: [], checkpoints: [], replay: null });
+    await loadChart(id);  // the chart this run ran (a custom one when it was trained with one), its overview first
     $("plots").innerHTML = '<p class="muted">no metrics.csv yet</p>';
     const url = new URL(location.href); url.searchParams.set("run", id); history.replaceState(null, "", url);
     const src = new EventSource(`/api/stream?run=${encodeURIComponent(id)}`);
     src.addEventListener("snapshot", (ev) => {
       run.events = []; apply(JSON.parse(ev.data)); $("live").textContent = "live";
-      const s = where(pos()), focus = s.failedIn || (s.error ? null : s.stoppedIn);
-      if (focus) centreOn(focus);  // a failed or stopped run opens on the state where it ended
     });
     src.addEventListener("update", (ev) => apply(JSON.parse(ev.data)));
     src.onerror = () => { $("live").textContent = "reconnecting"; };
