@@ -11,7 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from interlock import ChartError, IllegalTransition, load_chart
-from interlock.core.progress import COUNTER_OPS
 from interlock.loops import default_registry
 
 CHART = load_chart()
@@ -45,7 +44,7 @@ def test_builtin_chart_loads_with_the_lifecycle_states() -> None:
 def test_every_name_the_builtin_chart_uses_is_registered() -> None:
     """Every action, guard, counter and payload key of the built-in chart has a registered implementation."""
     reg = default_registry()
-    CHART.check_names(reg.actions, reg.guards, COUNTER_OPS, reg.payload)
+    CHART.check_names(reg.actions, reg.guards, reg.counters, reg.payload)
     assert CHART.actions() <= set(reg.actions) and CHART.guards() <= set(reg.guards)
     assert {"data.fetch", "precision.backward", "optim.step", "module.training_step"} <= CHART.actions()
     assert {"schedule.val_due", "limits.epoch_done", "optim.step_due", "signals.preempted"} <= CHART.guards()
@@ -57,7 +56,7 @@ def test_an_unknown_name_is_an_error_that_lists_the_registered_ones() -> None:
     del reg.actions["optim.step"]
     del reg.guards["schedule.val_due"]
     with pytest.raises(ChartError) as info:
-        CHART.check_names(reg.actions, reg.guards, COUNTER_OPS, reg.payload)
+        CHART.check_names(reg.actions, reg.guards, reg.counters, reg.payload)
     text = str(info.value)
     assert "unknown action 'optim.step'; registered: optim.configure, optim.step_epoch_schedulers" in text
     assert "unknown guard 'schedule.val_due'; registered: schedule.sanity_due, schedule.val_due_at_end" in text

@@ -67,7 +67,7 @@ def test_print_prints_on_rank_zero_only(capsys: pytest.CaptureFixture[str]) -> N
     m = TinyModule()
     m.print("hello", 1)
     assert capsys.readouterr().out == "hello 1\n"
-    m.attach(interlock.core.module.ModuleView(None, [], [], lambda *a: None, global_rank=1))
+    m.attach(interlock.core.module.ModuleView(None, lambda: None, lambda *a: None, global_rank=1))
     m.print("hidden")
     assert capsys.readouterr().out == ""
 

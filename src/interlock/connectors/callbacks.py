@@ -23,12 +23,11 @@ import torch
 from interlock.connectors.data import feed_key, loader_count, num_batches
 from interlock.core.logging import take
 from interlock.core.run import Run
+from interlock.core.slots import CallbacksSlot, OptimSlot
 from interlock.core.updates import SaveCheckpoint, Stop, Update, as_updates
 
 __all__ = [
     "CALLBACK_HOOKS",
-    "SANITY",
-    "TRAINED",
     "TrainerView",
     "batch_end_handler",
     "caller",
@@ -52,10 +51,6 @@ CALLBACK_HOOKS = (
     "on_predict_start", "on_predict_end", "on_exception", "on_save_checkpoint", "on_load_checkpoint",
     "on_before_backward", "on_after_backward", "on_before_optimizer_step", "on_before_zero_grad",
 )  # fmt: skip
-#: ``run.extras`` key: the sanity check's callbacks hooks are running (the chart is not in it yet, or any more)
-SANITY = "interlock.sanity_checking"
-#: ``run.extras`` key: training has ended (``on_train_end`` is running), so its last epoch counts as completed
-TRAINED = "interlock.trained"
 _BASES = ("interlock.lightning", "pytorch_lightning", "lightning.pytorch")
 #: Lightning callbacks that monitor a metric: their on_train_epoch_end runs after the module's
 _MONITORING = ("EarlyStopping", "Checkpoint")
@@ -216,7 +211,7 @@ class TrainerView:
     def current_epoch(self) -> int:
         """Lightning's: the epochs completed once training has ended (``on_train_end``, ``on_fit_end``)."""
         state = self._run.state
-        ended = {"fit", "stage_end"} <= self._tags(state.chart) or self._run.extras.get(TRAINED, False)
+        ended = {"fit", "stage_end"} <= self._tags(state.chart) or self._run.slot(CallbacksSlot).trained
         if ended and state.progress.train_batches:
             return state.progress.epoch + 1
         return state.current_epoch
@@ -224,7 +219,8 @@ class TrainerView:
     @property
     def global_step(self) -> int:
         """Optimizer steps, including those a manual training_step has taken so far (Lightning counts each)."""
-        return self._run.state.global_step + self._run.counters.manual_steps
+        optim = self._run.slots.get(OptimSlot)
+        return self._run.state.global_step + (optim.manual_steps if optim is not None else 0)
 
     @property
     def callback_metrics(self) -> dict[str, torch.Tensor]:
@@ -353,7 +349,7 @@ class TrainerView:
 
     @property
     def sanity_checking(self) -> bool:
-        return bool(self._run.extras.get(SANITY, False))
+        return self._run.slot(CallbacksSlot).sanity
 
     @property
     def training(self) -> bool:
@@ -424,9 +420,10 @@ _OFFERS = sorted(n for n, v in vars(TrainerView).items() if isinstance(v, proper
 # -- calling the callbacks -----------------------------------------------------------------------
 def view(run: Run) -> TrainerView:
     """The run's trainer view (one per stage), made on first use."""
-    view = run.extras.get("interlock.trainer_view")
-    if view is None:
-        view = run.extras["interlock.trainer_view"] = TrainerView(run)
+    slot = run.slot(CallbacksSlot)
+    if slot.view is None:
+        slot.view = TrainerView(run)
+    view: TrainerView = slot.view
     return view
 
 

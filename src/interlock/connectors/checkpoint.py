@@ -34,12 +34,12 @@ from interlock.connectors.data import (
     set_generator_state,
     with_datamodule_state,
 )
-from interlock.connectors.history import HISTORY_KEY, HistoryLog, fingerprint_of, read_history
+from interlock.connectors.history import HistoryLog, fingerprint_of, read_history
 from interlock.connectors.metrics import scalars
 from interlock.connectors.optim import Scheduler
 from interlock.connectors.resume_check import check_optimizers, check_precision, check_rng, check_schedulers
 from interlock.connectors.rng import RestoreRNG, get_rng_states
-from interlock.connectors.rundir import RESUMED_KEY, check_run_dir, continued_run_dir
+from interlock.connectors.rundir import check_run_dir, continued_run_dir
 from interlock.core.config import TrainerConfig
 from interlock.core.errors import CheckpointError, Interrupted, Preempted
 from interlock.core.registry import Action, Registry
@@ -317,9 +317,6 @@ def _say(run: Run, line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
-_LOADED = "interlock.checkpoint"
-
-
 def _continue(run: Run) -> Update | None:
     """A second fit of one trainer: continue its state from the end of the epoch its last fit was in.
 
@@ -386,7 +383,7 @@ def _write(run: Run, path: str, weights_only: bool = False, embed_history: bool 
         payload.update(optimizers=[], schedulers=[], grads={}, weights_only=True)
     if strategy.is_global_zero:
         check_run_dir(run)  # a deleted run directory is not silently recreated by the save
-        run.checkpoint_io.save_checkpoint(payload, path)
+        run.checkpoint.io.save_checkpoint(payload, path)
     strategy.barrier()
 
 
@@ -405,7 +402,10 @@ def _history(run: Run, state: TrainerState) -> dict[str, Any]:
     if not run.hardware.strategy.is_global_zero:
         return {}
     check_run_dir(run)  # a deleted run directory is not silently recreated by the history either
-    log: HistoryLog = run.extras.setdefault(HISTORY_KEY, HistoryLog())
+    slot = run.checkpoint
+    if slot.history is None:
+        slot.history = HistoryLog()
+    log: HistoryLog = slot.history
     return log.sync(state.history, state.run_dir or run.plan.run_dir)
 
 
@@ -461,12 +461,12 @@ def register(reg: Registry) -> None:
             if run.plan.ckpt_path is None:
                 return None
             path = resolve_ckpt_path(run.plan.ckpt_path, Path(run.plan.root), run.plan.run_dir)
-            ckpt = read_checkpoint(run.checkpoint_io, path, run.device, run.hardware.strategy.global_rank)
+            ckpt = read_checkpoint(run.checkpoint.io, path, run.device, run.hardware.strategy.global_rank)
             source = str(path)
             if run.stage != "fit":
                 check_fits(ckpt, run.module, source)
                 call_load_hook(run.module, ckpt)
-                run.extras[_LOADED] = (ckpt, source, None)
+                run.checkpoint.loaded = (ckpt, source, None)
                 return None
             saved = check_loaded(ckpt, run.module, source)
             continued = continued_run_dir(path)  # where the file is, never what it says
@@ -475,18 +475,18 @@ def register(reg: Registry) -> None:
             if fingerprint is not None:  # the rows are in the run directory: read them back, checked
                 file, data, rows = read_history(fingerprint, path, continued)
                 saved = saved.replace(history=rows)
-                log = run.extras[HISTORY_KEY] = HistoryLog()
+                log = run.checkpoint.history = HistoryLog()
                 log.adopt(file, len(rows), data)
             try:
                 if run.chart is not None:
                     run.chart.resume_point(saved.chart)
-                for check in run.restore_checks:
+                for check in run.checkpoint.restore_checks:
                     saved = check(saved, run_dir)
             except ValueError as exc:
                 raise CheckpointError(f"{source}: {exc}") from None
             call_load_hook(run.module, ckpt)  # Lightning: before configure_optimizers (fit's optim.configure)
-            run.extras[_LOADED] = (ckpt, source, saved)
-            run.extras[RESUMED_KEY] = source
+            run.checkpoint.loaded = (ckpt, source, saved)
+            run.checkpoint.resumed = source
             load_callbacks(run, ckpt)  # Lightning restores callbacks with the module, before configure_optimizers
             return SetRunInfo(run_dir=run_dir) if continued is not None else None
 
@@ -497,7 +497,7 @@ def register(reg: Registry) -> None:
         """Load the checkpoint's weights into the module (validate/test/predict with ckpt_path)."""
 
         def act() -> None:
-            loaded = run.extras.pop(_LOADED, None)
+            loaded, run.checkpoint.loaded = run.checkpoint.loaded, None
             if loaded is not None and loaded[0].get("sharded"):
                 run.hardware.strategy.load_sharded(loaded[0]["sharded"], run.module, [])
             elif loaded is not None:
@@ -510,7 +510,7 @@ def register(reg: Registry) -> None:
         """Resume: check the whole checkpoint, load it, return its state; a second fit continues with the next epoch."""
 
         def act() -> list[Update] | Update | None:
-            loaded = run.extras.pop(_LOADED, None)
+            loaded, run.checkpoint.loaded = run.checkpoint.loaded, None
             if loaded is None:
                 return _continue(run)
             ckpt, source, saved = loaded
@@ -566,7 +566,7 @@ def register(reg: Registry) -> None:
 
         def act() -> None:
             try:
-                run.checkpoint_io.wait()
+                run.checkpoint.io.wait()
             finally:
                 run.hardware.strategy.wait_for_checkpoints()
 
@@ -583,6 +583,6 @@ def register(reg: Registry) -> None:
                     if is_sharded(old):
                         run.hardware.strategy.sharded_io().remove(old, replaced_by=request.path)
                     else:
-                        run.checkpoint_io.remove_checkpoint(old, replaced_by=request.path)
+                        run.checkpoint.io.remove_checkpoint(old, replaced_by=request.path)
 
         return save

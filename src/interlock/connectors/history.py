@@ -28,11 +28,10 @@ from typing import Any
 from interlock.core.errors import CheckpointError, OutputError
 from interlock.core.state import thaw
 
-__all__ = ["HISTORY_FILE", "HISTORY_KEY", "HistoryLog", "fingerprint_of", "read_history"]
+__all__ = ["HISTORY_FILE", "HistoryLog", "fingerprint_of", "read_history"]
 
 HISTORY_FILE = "history.jsonl"
 #: ``run.extras`` key of the session's :class:`HistoryLog`.
-HISTORY_KEY = "interlock.history"
 _FIELDS = ("file", "rows", "bytes", "sha256")
 
 

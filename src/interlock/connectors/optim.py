@@ -12,8 +12,10 @@ import torch
 
 from interlock.connectors.metrics import loss_of
 from interlock.core.module import overrides, takes_batch_idx
+from interlock.core.progress import Counters
 from interlock.core.registry import NOOP, Action, Guard, Registry
 from interlock.core.run import Run
+from interlock.core.slots import Fill, OptimSlot, SlotError
 from interlock.core.updates import ReplaceOptimizer, SetLearningRate
 
 __all__ = [
@@ -311,13 +313,13 @@ def _check_index(run: Run, index: int, what: str) -> None:
 def register(reg: Registry) -> None:
     """``optim.*`` actions and guard, and the ``SetLearningRate`` / ``ReplaceOptimizer`` effects."""
 
-    @reg.action("optim.configure")
+    @reg.action("optim.configure", writes=("optim",))
     def configure(run: Run, params: Mapping[str, Any]) -> Action:
-        """Build the optimizers and LR schedulers the module's configure_optimizers() returns."""
+        """Build the optimizers and LR schedulers the module's configure_optimizers() returns (fills ``optim``)."""
 
-        def act() -> None:
+        def act() -> Fill:
             module: Any = run.module
-            run.optimizers[:], run.schedulers[:] = configure_optimizers(module.configure_optimizers())
+            optimizers, schedulers = configure_optimizers(module.configure_optimizers())
             if is_manual(run):
                 cfg = run.config
                 if cfg.accumulate_grad_batches != 1 or cfg.gradient_clip_val is not None:
@@ -327,6 +329,7 @@ def register(reg: Registry) -> None:
                         f"{cfg.gradient_clip_val} do not apply (as in Lightning); leave them at their defaults and "
                         "accumulate or clip in training_step (self.clip_gradients(opt, ...))"
                     )
+            return Fill(OptimSlot(optimizers, list(schedulers)))
 
         return act
 
@@ -350,34 +353,32 @@ def register(reg: Registry) -> None:
 
         return due
 
-    @reg.action("optim.step")
+    @reg.action("optim.step", reads=("optim",))
     def step(run: Run, params: Mapping[str, Any]) -> Action:
         """Step every optimizer through the precision plugin (clipping first), zero the grads, step schedulers.
 
         The module's ``optimizer_step`` / ``configure_gradient_clipping`` / ``optimizer_zero_grad`` /
         ``lr_scheduler_step`` are called in their place when it overrides them (Lightning's hooks).
         """
-        cfg, batch, schedulers, module = run.config, run.step, run.schedulers, run.module
+        cfg, batch, module, optim = run.config, run.step, run.module, run.slot(OptimSlot)
+        schedulers = optim.schedulers
         custom = any(overrides(module, name) for name in _STEP_HOOKS)
-        stepper: Callable[[], None] | None = None
         sched_step = _scheduler_stepper(module, ahead=True)
+        if custom or any(_needs_closure(o) for o in optim.optimizers):
+            stepper = module_step_action(run)
+        else:
+            stepper = run.hardware.precision.step_action(
+                optim.optimizers, cfg.gradient_clip_val, cfg.gradient_clip_algorithm == "norm"
+            )
 
         def act() -> None:
-            nonlocal stepper
-            if stepper is None:  # the optimizers exist once optim.configure ran
-                if custom or any(_needs_closure(o) for o in run.optimizers):
-                    stepper = module_step_action(run)
-                else:
-                    stepper = run.hardware.precision.step_action(
-                        run.optimizers, cfg.gradient_clip_val, cfg.gradient_clip_algorithm == "norm"
-                    )
             stepper()
             if schedulers:  # Lightning counts the batch within the epoch for a step scheduler's frequency
                 step_schedulers(schedulers, "step", batch.index + 1, run.facts.metrics, sched_step)
 
         return act
 
-    @reg.action("module.optimizer_zero_grad")
+    @reg.action("module.optimizer_zero_grad", reads=("optim",))
     def zero_grad(run: Run, params: Mapping[str, Any]) -> Action:
         """The module's ``optimizer_zero_grad`` before backward, at the first batch of each accumulation (Lightning's).
 
@@ -387,28 +388,43 @@ def register(reg: Registry) -> None:
         if not overrides(module, "optimizer_zero_grad") or is_manual(run):
             return NOOP
         every, step, counters = run.config.accumulate_grad_batches, run.step, run.counters
+        optimizers = run.slot(OptimSlot).optimizers
 
         def act() -> None:
             if step.index % every == 0:
-                for optimizer in run.optimizers:
+                for optimizer in optimizers:
                     module.optimizer_zero_grad(counters.epoch, step.index, optimizer)  # type: ignore[operator]
 
         return act
 
-    @reg.action("optim.step_epoch_schedulers")
+    @reg.action("optim.step_epoch_schedulers", reads=("optim",))
     def step_epoch(run: Run, params: Mapping[str, Any]) -> Action:
         """Step the LR schedulers that step once an epoch."""
-        counters = run.counters
-
-        manual = is_manual(run)
-
+        counters, schedulers = run.counters, run.slot(OptimSlot).schedulers
+        if not schedulers or is_manual(run):  # under manual optimization training_step steps them (Lightning's)
+            return NOOP
         sched_step = _scheduler_stepper(run.module)
 
         def act() -> None:
-            if run.schedulers and not manual:  # under manual optimization training_step steps them (Lightning's)
-                step_schedulers(run.schedulers, "epoch", counters.epoch + 1, run.facts.metrics, sched_step)
+            step_schedulers(schedulers, "epoch", counters.epoch + 1, run.facts.metrics, sched_step)
 
         return act
+
+    def count_manual(run: Run) -> Callable[[Counters], None]:
+        """Count the steps a manual training_step recorded in the ``optim`` slot (global_step), and the batch."""
+        optim = run.slots.get(OptimSlot)
+
+        def op(c: Counters) -> None:
+            if optim is None:
+                raise SlotError("the 'manual' counter operation reads the 'optim' slot, which optim.configure fills")
+            c.global_step += optim.manual_steps
+            optim.manual_steps = 0
+            c.batch_idx += 1
+            c.train_batches += 1
+
+        return op
+
+    reg.counter("manual", count_manual, bind=True)
 
     @reg.effect(SetLearningRate)
     def set_lr(run: Run) -> Callable[[Any], None]:

@@ -14,6 +14,7 @@ import torch
 
 from interlock.core.registry import Action, Registry
 from interlock.core.run import Run
+from interlock.core.slots import Fill, RngSlot
 from interlock.core.updates import SetRunInfo, Update
 
 __all__ = [
@@ -144,9 +145,6 @@ class RestoreRNG(Update):
     states: dict[str, Any] = attrs.field(eq=False)
 
 
-_ISOLATED = "interlock.rng.isolated"
-
-
 def register(reg: Registry) -> None:
     """``rng.seed``, ``rng.isolate``/``rng.restore`` and the ``RestoreRNG`` effect."""
 
@@ -163,23 +161,21 @@ def register(reg: Registry) -> None:
 
         return act
 
-    @reg.action("rng.isolate")
+    @reg.action("rng.isolate", writes=("rng",))
     def isolate(run: Run, params: Mapping[str, Any]) -> Action:
         """Remember every global RNG state, for ``rng.restore`` (the sanity check's entry, as Lightning isolates it)."""
+        return lambda: Fill(RngSlot(get_rng_states()))
 
-        def act() -> None:
-            run.extras[_ISOLATED] = get_rng_states()
-
-        return act
-
-    @reg.action("rng.restore")
+    @reg.action("rng.restore", reads=("rng",), writes=("rng",))
     def restore_isolated(run: Run, params: Mapping[str, Any]) -> Action:
         """Put back the RNG states ``rng.isolate`` remembered: what ran in between drew nothing from them."""
+        states = run.slot(RngSlot).isolated
 
-        def act() -> None:
-            states = run.extras.pop(_ISOLATED, None)
-            if states is not None:
-                set_rng_states(states)
+        def act() -> Fill | None:
+            if states is None:
+                return None
+            set_rng_states(states)
+            return Fill(RngSlot())
 
         return act
 

@@ -30,6 +30,7 @@ from interlock.core.chart import Chart
 from interlock.core.errors import OutputError, RunDirectoryInUse
 from interlock.core.registry import Action, Registry
 from interlock.core.run import Run
+from interlock.core.slots import CheckpointSlot
 from interlock.core.updates import SetRunInfo
 
 try:
@@ -55,9 +56,6 @@ LOCK_FILE = ".interlock.lock"
 #: The chart the run's last stage ran, as YAML (what ``interlock view`` draws the run on).
 CHART_FILE = "chart.yaml"
 _VERSION = re.compile(r"version_([0-9]+)")
-#: ``run.extras`` keys: the held lock, and the checkpoint a fit resumes (for the refusal's advice).
-LOCK_KEY = "interlock.run_lock"
-RESUMED_KEY = "interlock.resumed_from"
 
 
 def _versions(runs: Path) -> list[int]:
@@ -218,9 +216,9 @@ def _in_use(run_dir: Path, holder: str, resumed_from: str) -> str:
 
 def check_run_dir(run: Run) -> None:
     """Raise :class:`OutputError` if the run directory this stage locked was deleted or replaced meanwhile."""
-    lock = run.extras.get(LOCK_KEY)
-    if lock is not None:
-        lock.check()
+    slot = run.slots.get(CheckpointSlot)
+    if slot is not None and slot.lock is not None:
+        slot.lock.check()
 
 
 _CHART_TEXT: weakref.WeakKeyDictionary[Chart, str] = weakref.WeakKeyDictionary()
@@ -259,8 +257,9 @@ def _plain(value: Any) -> Any:
 
 def release_run_dir(run: Run) -> None:
     """Release the run directory lock this stage holds, if any (teardown, and after a failed teardown)."""
-    lock = run.extras.pop(LOCK_KEY, None)
-    if lock is not None:
+    slot = run.slots.get(CheckpointSlot)
+    if slot is not None and slot.lock is not None:
+        lock, slot.lock = slot.lock, None
         lock.release()
 
 
@@ -287,7 +286,7 @@ def register(reg: Registry) -> None:
                         path.mkdir(parents=True, exist_ok=True)
                     else:
                         path = claim_run_dir(root)
-                    run.extras[LOCK_KEY] = RunLock.acquire(path, str(run.extras.get(RESUMED_KEY, "")))
+                    run.checkpoint.lock = RunLock.acquire(path, run.checkpoint.resumed)
                     if run.chart is not None:
                         record_chart(path, run.chart)
                     if run.stage == "fit":  # what a replay of the run needs besides module and data

@@ -162,18 +162,19 @@ class ModuleView:
     """What a running stage shows the module: live counters, optimizers, schedulers, backward. Read-only use.
 
     The runtime sets one on the module for the stage (``Module.attach``); it is not the trainer.
+    ``optim()`` gives the stage's ``optim`` slot as it is now (``None`` before ``optim.configure``
+    filled it): the optimizers, the schedulers, and the record of manual optimizer steps.
     """
 
     __slots__ = (
-        "ahead", "backward", "counters", "global_rank", "local_rank", "loggers", "optimizer_step", "optimizers",
-        "precision", "schedulers", "world_size",
+        "ahead", "backward", "counters", "global_rank", "local_rank", "loggers", "optim", "optimizer_step",
+        "precision", "world_size",
     )  # fmt: skip
 
     def __init__(
         self,
         counters: Any,
-        optimizers: list[Any],
-        schedulers: list[Any],
+        optim: Callable[[], Any],
         backward: Callable[..., None],
         optimizer_step: Callable[..., Any] | None = None,
         *,
@@ -183,18 +184,29 @@ class ModuleView:
         loggers: Sequence[Any] = (),
         precision: str = "32-true",
     ) -> None:
-        self.counters, self.optimizers, self.schedulers, self.backward = counters, optimizers, schedulers, backward
+        self.counters, self.optim, self.backward = counters, optim, backward
         self.optimizer_step = optimizer_step
         self.global_rank, self.local_rank, self.world_size = global_rank, local_rank, world_size
         self.loggers, self.precision = list(loggers), precision
         self.ahead = 0  # 1 while a step counted after the hook's moment shows (lr_scheduler_step, Lightning's)
 
+    @property
+    def optimizers(self) -> list[Any]:
+        slot = self.optim()
+        return [] if slot is None else list(slot.optimizers)
+
+    @property
+    def schedulers(self) -> list[Any]:
+        slot = self.optim()
+        return [] if slot is None else list(slot.schedulers)
+
 
 class ManualOptimizer:
     """An optimizer as ``self.optimizers()`` gives it (Lightning's ``LightningOptimizer``).
 
-    ``step()`` goes through the precision plugin and counts one optimizer step (``global_step``);
-    everything else is the optimizer's own.
+    ``step()`` goes through the precision plugin and records one optimizer step in the stage's
+    ``optim`` slot; the chart's ``manual`` counter operation turns the record into ``global_step``
+    when the batch ends (this object writes no counter). Everything else is the optimizer's own.
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, view: ModuleView) -> None:
@@ -207,7 +219,9 @@ class ManualOptimizer:
             if view.optimizer_step is None
             else view.optimizer_step(self.optimizer, closure)
         )
-        view.counters.manual_steps += 1
+        slot = view.optim()
+        if slot is not None:
+            slot.manual_steps += 1
         return out
 
     def __getattr__(self, name: str) -> Any:

@@ -8,7 +8,7 @@ into :class:`Progress` whenever the state is read.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from interlock.core.state import Progress
 
@@ -18,13 +18,11 @@ __all__ = ["COUNTER_OPS", "Counters", "compose"]
 class Counters:
     """Mutable twin of :class:`Progress`, owned by the runtime."""
 
-    __slots__ = ("batch_idx", "epoch", "eval_batch_idx", "eval_loader", "global_step", "manual_steps", "train_batches")
+    __slots__ = ("batch_idx", "epoch", "eval_batch_idx", "eval_loader", "global_step", "train_batches")
 
     def __init__(self) -> None:
         self.epoch = self.global_step = self.batch_idx = self.eval_batch_idx = self.train_batches = 0
         self.eval_loader = 0
-        #: optimizer steps a manual-optimization training_step took; the ``manual`` operation counts them
-        self.manual_steps = 0
 
     @classmethod
     def from_progress(cls, progress: Progress) -> Counters:
@@ -64,13 +62,6 @@ def _step_batch(c: Counters) -> None:
     c.train_batches += 1
 
 
-def _manual(c: Counters) -> None:
-    c.global_step += c.manual_steps
-    c.manual_steps = 0
-    c.batch_idx += 1
-    c.train_batches += 1
-
-
 def _eval_reset(c: Counters) -> None:
     c.eval_batch_idx = c.eval_loader = 0
 
@@ -84,27 +75,34 @@ def _eval_batch(c: Counters) -> None:
     c.eval_batch_idx += 1
 
 
-#: The counter operations a chart may name in ``count:``.
+#: The built-in counter operations a chart may name in ``count:`` (``manual``, which reads the optimizer
+#: steps a manual training_step recorded, is registered by ``interlock.connectors.optim``; an
+#: :class:`~interlock.Extension` adds its own).
 COUNTER_OPS: dict[str, Callable[[Counters], None]] = {
     "epoch": _epoch,
     "batch": _batch,
     "step": _step,
-    "manual": _manual,
     "eval_reset": _eval_reset,
     "eval_batch": _eval_batch,
     "eval_loader": _eval_loader,
 }
 
 
-def compose(names: Sequence[str]) -> Callable[[Counters], None] | None:
-    """One function applying the named operations in order (``None`` for none)."""
+def compose(
+    names: Sequence[str], table: Mapping[str, Callable[[Counters], None]] | None = None
+) -> Callable[[Counters], None] | None:
+    """One function applying the named operations of ``table`` (the built-in ones by default) in order.
+
+    ``None`` for none.
+    """
     if not names:
         return None
-    if tuple(names) in (("step", "batch"), ("batch", "step")):
+    table = COUNTER_OPS if table is None else table
+    if tuple(names) in (("step", "batch"), ("batch", "step")) and table["step"] is _step and table["batch"] is _batch:
         return _step_batch
     if len(names) == 1:
-        return COUNTER_OPS[names[0]]
-    ops = [COUNTER_OPS[n] for n in names]
+        return table[names[0]]
+    ops = [table[n] for n in names]
 
     def run(c: Counters) -> None:
         for op in ops:

@@ -11,7 +11,10 @@ settings. Plain functions ``fn(run)`` register with :meth:`Registry.add_action` 
 - an action returns ``None``, an :class:`~interlock.core.updates.Update` or a list of them;
 - a guard returns a bool and changes nothing;
 - an effect handler applies one update type to the run's objects (``SetLearningRate``);
-- a payload key gives one value of an event's payload at the moment it is emitted.
+- a payload key gives one value of an event's payload at the moment it is emitted;
+- a slot type is a typed holder of live objects (:mod:`interlock.core.slots`): actions and
+  guards declare the slots they ``reads`` and ``writes``, and are bound once those are filled;
+- a counter operation changes the loop counters on a transition (``count: [step]``).
 """
 
 from __future__ import annotations
@@ -22,11 +25,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
+from interlock.core.progress import COUNTER_OPS, Counters
+from interlock.core.slots import BUILTIN_SLOTS, SlotError, SlotSpec
+
 if TYPE_CHECKING:
     from interlock.core.run import Run
     from interlock.core.updates import Update
 
-__all__ = ["NOOP", "Action", "Guard", "Registry"]
+__all__ = ["NOOP", "Action", "CounterBinder", "Guard", "Registry"]
 
 #: A bound action: runs the work, returns ``None``, an update or a list of updates.
 Action = Callable[[], Any]
@@ -42,6 +48,8 @@ ActionBinder = Callable[["Run", Mapping[str, Any]], Action]
 GuardBinder = Callable[["Run", Mapping[str, Any]], Guard]
 EffectBinder = Callable[["Run"], Callable[[Any], None]]
 PayloadBinder = Callable[["Run"], Callable[[], Any]]
+#: ``bind(run) -> op``: a counter operation that needs the run (the ``manual`` steps the optimizer recorded)
+CounterBinder = Callable[["Run"], Callable[[Counters], None]]
 B = TypeVar("B")
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
@@ -56,6 +64,10 @@ class Entry:
     owner: str
     doc: str = ""
     lazy: bool = False
+    #: the slots the binder reads (it is bound once they are filled, again when one is replaced)
+    reads: tuple[str, ...] = ()
+    #: the slots the action fills or replaces (by returning ``Fill``)
+    writes: tuple[str, ...] = ()
 
 
 def _owner(fn: Any) -> str:
@@ -66,49 +78,94 @@ def _doc(fn: Any) -> str:
     return (getattr(fn, "__doc__", None) or "").strip().split("\n")[0]
 
 
+def _names(kind: str, name: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    try:
+        names = tuple(value)
+    except TypeError:
+        names = ()
+    if (not names and value not in ((), [], None)) or not all(isinstance(n, str) for n in names):
+        raise TypeError(f"{kind} of {name!r} must be a tuple of slot names, e.g. ('optim',), got {value!r}")
+    return names
+
+
 class Registry:
-    """Actions, guards, effects and payload keys by name (effects by update type)."""
+    """Actions, guards, effects, payload keys, counter operations and slot types by name (effects by update type).
+
+    A name registered twice is an error naming both owners, unless ``replace=True``.
+    """
 
     def __init__(self) -> None:
         self.actions: dict[str, Entry] = {}
         self.guards: dict[str, Entry] = {}
         self.effects: dict[type, Entry] = {}
         self.payload: dict[str, Entry] = {}
+        self.counters: dict[str, Entry] = {
+            name: Entry(name, op, "interlock.core.progress", _doc(op)) for name, op in COUNTER_OPS.items()
+        }
+        self.slots: dict[str, SlotSpec] = {
+            name: SlotSpec(name, kind, owner, _doc(kind)) for name, (kind, owner) in BUILTIN_SLOTS.items()
+        }
 
     # -- registering -------------------------------------------------------------
-    def _put(self, table: dict[str, Entry], kind: str, name: str, fn: Callable[..., Any], replace: bool) -> None:
+    def _put(
+        self,
+        table: dict[str, Entry],
+        kind: str,
+        name: str,
+        fn: Callable[..., Any],
+        replace: bool,
+        reads: Any = (),
+        writes: Any = (),
+        owner: str | None = None,
+    ) -> None:
         if not isinstance(name, str) or not _NAME.match(name):
             raise ValueError(
                 f"{kind} name {name!r} must be dotted 'owner.verb' (letters, digits, _), e.g. 'ema.update'"
             )
         if not callable(fn):
             raise TypeError(f"{kind} {name!r} must be callable, got {fn!r}")
+        who = owner or _owner(fn)
         if name in table and not replace:
             raise ValueError(
-                f"{kind} {name!r} is already registered by {table[name].owner}; pass replace=True to override it"
+                f"{kind} {name!r} is registered twice: by {table[name].owner} and by {who}; "
+                "rename one, or pass replace=True to override it"
             )
-        table[name] = Entry(name, fn, _owner(fn), _doc(fn))
+        table[name] = Entry(
+            name, fn, who, _doc(fn), reads=_names("reads", name, reads), writes=_names("writes", name, writes)
+        )
 
-    def action(self, name: str, *, replace: bool = False) -> Callable[[ActionBinder], ActionBinder]:
-        """Decorator: register a binder ``(run, params) -> action``."""
+    def action(
+        self, name: str, *, reads: tuple[str, ...] = (), writes: tuple[str, ...] = (), replace: bool = False
+    ) -> Callable[[ActionBinder], ActionBinder]:
+        """Decorator: register a binder ``(run, params) -> action`` reading and writing the named slots."""
 
         def register(fn: ActionBinder) -> ActionBinder:
-            self._put(self.actions, "action", name, fn, replace)
+            self._put(self.actions, "action", name, fn, replace, reads, writes)
             return fn
 
         return register
 
-    def guard(self, name: str, *, replace: bool = False) -> Callable[[GuardBinder], GuardBinder]:
-        """Decorator: register a binder ``(run, params) -> guard``."""
+    def guard(
+        self, name: str, *, reads: tuple[str, ...] = (), replace: bool = False
+    ) -> Callable[[GuardBinder], GuardBinder]:
+        """Decorator: register a binder ``(run, params) -> guard`` reading the named slots."""
 
         def register(fn: GuardBinder) -> GuardBinder:
-            self._put(self.guards, "guard", name, fn, replace)
+            self._put(self.guards, "guard", name, fn, replace, reads)
             return fn
 
         return register
 
     def add_action(
-        self, name: str, fn: Callable[[Run], Update | list[Update] | None], *, replace: bool = False
+        self,
+        name: str,
+        fn: Callable[[Run], Update | list[Update] | None],
+        *,
+        reads: tuple[str, ...] = (),
+        writes: tuple[str, ...] = (),
+        replace: bool = False,
     ) -> None:
         """Register a plain action ``fn(run)``: called each time the chart runs ``name``."""
         if not callable(fn):
@@ -118,9 +175,11 @@ class Registry:
             return lambda: fn(run)
 
         bind.__module__, bind.__doc__ = _owner(fn), fn.__doc__
-        self._put(self.actions, "action", name, bind, replace)
+        self._put(self.actions, "action", name, bind, replace, reads, writes)
 
-    def add_guard(self, name: str, fn: Callable[[Run], bool], *, replace: bool = False) -> None:
+    def add_guard(
+        self, name: str, fn: Callable[[Run], bool], *, reads: tuple[str, ...] = (), replace: bool = False
+    ) -> None:
         """Register a plain guard ``fn(run) -> bool``."""
         if not callable(fn):
             raise TypeError(f"guard {name!r} must be callable, got {fn!r}")
@@ -129,20 +188,25 @@ class Registry:
             return lambda: bool(fn(run))
 
         bind.__module__, bind.__doc__ = _owner(fn), fn.__doc__
-        self._put(self.guards, "guard", name, bind, replace)
+        self._put(self.guards, "guard", name, bind, replace, reads)
 
     def effect(self, kind: type, *, replace: bool = False) -> Callable[[EffectBinder], EffectBinder]:
         """Decorator: register a binder ``run -> handler(update)`` for updates of type ``kind``."""
 
         def register(fn: EffectBinder) -> EffectBinder:
             if kind in self.effects and not replace:
-                raise ValueError(f"an effect for {kind.__name__} is already registered by {self.effects[kind].owner}")
+                raise ValueError(
+                    f"an effect for {kind.__name__} is registered twice: by {self.effects[kind].owner} and by "
+                    f"{_owner(fn)}; pass replace=True to override it"
+                )
             self.effects[kind] = Entry(kind.__name__, fn, _owner(fn), _doc(fn))
             return fn
 
         return register
 
-    def payload_key(self, name: str, *, lazy: bool = False) -> Callable[[PayloadBinder], PayloadBinder]:
+    def payload_key(
+        self, name: str, *, lazy: bool = False, replace: bool = False
+    ) -> Callable[[PayloadBinder], PayloadBinder]:
         """Decorator: register a binder ``run -> value()`` for payload key ``name``.
 
         The value is taken when the event is emitted; with ``lazy`` when a handler first
@@ -150,17 +214,84 @@ class Registry:
         """
 
         def register(fn: PayloadBinder) -> PayloadBinder:
+            if name in self.payload and not replace:
+                raise ValueError(
+                    f"payload key {name!r} is registered twice: by {self.payload[name].owner} and by {_owner(fn)}; "
+                    "rename one, or pass replace=True to override it"
+                )
             self.payload[name] = Entry(name, fn, _owner(fn), _doc(fn), lazy)
             return fn
 
         return register
 
+    def counter(
+        self, name: str, op: Callable[[Counters], None] | CounterBinder, *, bind: bool = False, replace: bool = False
+    ) -> None:
+        """Register a counter operation ``op(counters)`` a chart may name in ``count:``.
+
+        With ``bind``, ``op`` is a binder ``op(run) -> fn(counters)`` (bound at each stage's start).
+        """
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"counter operation name {name!r} must be an identifier, e.g. 'ema_step'")
+        if not callable(op):
+            raise TypeError(f"counter operation {name!r} must be callable, got {op!r}")
+        if name in self.counters and not replace:
+            raise ValueError(
+                f"counter operation {name!r} is registered twice: by {self.counters[name].owner} and by "
+                f"{_owner(op)}; rename one, or pass replace=True to override it"
+            )
+        self.counters[name] = Entry(name, op, _owner(op), _doc(op), lazy=bind)
+
+    def slot(self, name: str, kind: type, *, owner: str | None = None, replace: bool = False) -> None:
+        """Register slot type ``kind`` under ``name``: actions name it in ``reads``/``writes``."""
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"slot name {name!r} must be an identifier, e.g. 'ema'")
+        if not isinstance(kind, type):
+            raise TypeError(f"slot {name!r} must be a class (an attrs class of live objects), got {kind!r}")
+        who = owner or _owner(kind)
+        taken = next((s for s in self.slots.values() if s.kind is kind and s.name != name), None)
+        if taken is not None:
+            raise ValueError(f"slot type {kind.__name__} is registered twice: as {taken.name!r} and as {name!r}")
+        if name in self.slots and not replace:
+            raise ValueError(
+                f"slot {name!r} is registered twice: by {self.slots[name].owner} ({self.slots[name].kind.__name__}) "
+                f"and by {who} ({kind.__name__}); rename one, or pass replace=True to override it"
+            )
+        self.slots[name] = SlotSpec(name, kind, who, _doc(kind))
+
     # -- reading -----------------------------------------------------------------
+    def slot_name(self, kind: type) -> str:
+        """The registered name of slot type ``kind``."""
+        for spec in self.slots.values():
+            if spec.kind is kind:
+                return spec.name
+        known = ", ".join(f"{s.name} ({s.kind.__name__})" for s in self.slots.values())
+        raise SlotError(
+            f"{kind.__name__} is not a registered slot type; register it with Registry.slot(name, "
+            f"{kind.__name__}) or in an Extension(slots=...); registered: {known}"
+        )
+
+    def writers(self, slot: str) -> list[str]:
+        """The actions that declared writing ``slot``."""
+        return sorted(name for name, e in self.actions.items() if slot in e.writes)
+
+    def check_slots(self) -> None:
+        """Every slot an action or guard declared is registered; raise ``SlotError`` naming it otherwise."""
+        for kind, table in (("action", self.actions), ("guard", self.guards)):
+            for name, e in table.items():
+                for slot in (*e.reads, *e.writes):
+                    if slot not in self.slots:
+                        raise SlotError(
+                            f"{kind} {name!r} (by {e.owner}) names slot {slot!r}, which nobody registered; "
+                            f"registered slots: {', '.join(sorted(self.slots))}"
+                        )
+
     def copy(self) -> Registry:
         """An independent registry with the same entries (add to it without touching this one)."""
         out = Registry()
         out.actions, out.guards = dict(self.actions), dict(self.guards)
         out.effects, out.payload = dict(self.effects), dict(self.payload)
+        out.counters, out.slots = dict(self.counters), dict(self.slots)
         return out
 
     def describe(self) -> Iterator[tuple[str, str, str, str]]:

@@ -10,7 +10,7 @@ flight (:class:`Step`). What the trainer *knows* is not here: actions read it as
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import torch
@@ -18,6 +18,7 @@ import torch
 from interlock.core.chart import Chart
 from interlock.core.config import TrainerConfig
 from interlock.core.progress import Counters
+from interlock.core.slots import CallbacksSlot, CheckpointSlot, OptimSlot, SlotError
 from interlock.core.state import TrainerState
 
 __all__ = ["Run", "RunPlan", "Step"]
@@ -65,6 +66,9 @@ class Step:
     logged: dict[str, float] = attrs.field(factory=dict)
 
 
+S = TypeVar("S")
+
+
 def _no_state() -> TrainerState:
     return TrainerState()
 
@@ -77,6 +81,10 @@ class Run:
     ``dist`` what the strategy set up (step wrappers, metric reduction, stop
     agreement); ``feeds`` one data feed per loader (``train``, ``val``, ...).
     ``counters`` and ``state`` are the runtime's, read-only here.
+
+    ``slots`` holds one typed slot per owner (:mod:`interlock.core.slots`), by type:
+    ``run.slot(OptimSlot)``; an extension's slot types live there too. An action fills or
+    replaces a slot by returning ``Fill(slot)``, never by assigning here.
     """
 
     plan: RunPlan
@@ -87,8 +95,6 @@ class Run:
     facts_ref: Callable[[], TrainerState] = _no_state
     device: torch.device = attrs.field(factory=lambda: torch.device("cpu"))
     dist: Any = None
-    optimizers: list[torch.optim.Optimizer] = attrs.field(factory=list)
-    schedulers: list[Any] = attrs.field(factory=list)
     feeds: dict[str, Any] = attrs.field(factory=dict)
     #: the strategy's step callables (``training_step`` through DDP, ...); the module's own when absent
     steps: dict[str, Callable[..., Any]] = attrs.field(factory=dict)
@@ -97,7 +103,6 @@ class Run:
     prepare_batch: Callable[..., Any] | None = None
     step: Step = attrs.field(factory=Step)
     signals: Any = None
-    checkpoint_io: Any = None
     predictions: list[Any] = attrs.field(factory=list)
     results: dict[str, float] = attrs.field(factory=dict)
     #: the metrics of each loader of the latest evaluation loop (Lightning's ``validate``/``test`` return value)
@@ -105,18 +110,53 @@ class Run:
     #: the exception that is ending the stage, and the state it happened in
     error: BaseException | None = None
     failed_in: str = ""
-    #: room for the live objects of user actions (an EMA copy of the weights, ...)
-    extras: dict[str, Any] = attrs.field(factory=dict)
-    #: checks of a checkpoint's state for a run that continues in a directory: ``check(state, run_dir)``
-    #: returns the state (normalised) or raises ``ValueError`` (the listeners' ``check_restored``)
-    restore_checks: tuple[Callable[[TrainerState, str], TrainerState], ...] = ()
+    #: the typed slots of the stage by type (``run.slot(OptimSlot)``); filled by ``Fill`` updates
+    slots: dict[type, Any] = attrs.field(factory=dict)
     #: the chart being run (set by the runtime): where a saved state resumes
     chart: Chart | None = None
-    #: the trainer's logger listeners (what the module sees as ``self.loggers``)
-    loggers: tuple[Any, ...] = ()
-    #: the trainer's Lightning-style callbacks (called by the hook actions) and its listeners (what they may read)
-    callbacks: tuple[Any, ...] = ()
-    listeners: tuple[Any, ...] = ()
+
+    def slot(self, kind: type[S]) -> S:
+        """The filled slot of type ``kind``; ``SlotError`` naming it when nothing has filled it."""
+        try:
+            return self.slots[kind]  # type: ignore[no-any-return]
+        except KeyError:
+            have = ", ".join(sorted(k.__name__ for k in self.slots)) or "none"
+            raise SlotError(
+                f"slot {kind.__name__} is not filled in this stage (filled: {have}); an action that declares "
+                f"writes=(its name,) fills it by returning Fill({kind.__name__}(...))"
+            ) from None
+
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        """The optimizers (``[]`` before ``optim.configure`` filled the ``optim`` slot)."""
+        slot = self.slots.get(OptimSlot)
+        return [] if slot is None else slot.optimizers
+
+    @property
+    def schedulers(self) -> list[Any]:
+        """The LR schedulers (``[]`` before ``optim.configure`` filled the ``optim`` slot)."""
+        slot = self.slots.get(OptimSlot)
+        return [] if slot is None else slot.schedulers
+
+    @property
+    def callbacks(self) -> tuple[Any, ...]:
+        """The trainer's Lightning-style callbacks (the ``callbacks`` slot)."""
+        return self.slot(CallbacksSlot).callbacks
+
+    @property
+    def loggers(self) -> tuple[Any, ...]:
+        """The trainer's logger listeners (what the module sees as ``self.loggers``)."""
+        return self.slot(CallbacksSlot).loggers
+
+    @property
+    def listeners(self) -> tuple[Any, ...]:
+        """The trainer's listeners (what callbacks may read)."""
+        return self.slot(CallbacksSlot).listeners
+
+    @property
+    def checkpoint(self) -> CheckpointSlot:
+        """The ``checkpoint`` slot (checkpoint writer, what was loaded, the run directory's lock)."""
+        return self.slot(CheckpointSlot)
 
     @property
     def state(self) -> TrainerState:

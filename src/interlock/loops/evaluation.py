@@ -33,6 +33,7 @@ from interlock.core.logging import AddLogged, take
 from interlock.core.module import takes_batch_idx
 from interlock.core.registry import Action, Guard, Registry
 from interlock.core.run import Run
+from interlock.core.slots import EvalSlot
 from interlock.core.updates import AddEvalSums, AppendHistory, LogMetrics, Update
 
 __all__ = ["means", "register"]
@@ -109,14 +110,15 @@ def _params(params: Mapping[str, Any], action: str) -> tuple[str, str]:
 def register(reg: Registry) -> None:
     """The ``eval.*`` actions and guards."""
 
-    @reg.action("eval.open")
+    @reg.action("eval.open", reads=("eval",))
     def open_(run: Run, params: Mapping[str, Any]) -> Action:
         """Switch the module to eval mode (its ``on_<loop>_model_eval`` if it has one) and open the loop's data."""
         key, _ = _params(params, "eval.open")
         to_eval = _own_hook(run.module, f"on_{_LOOPS.get(key, key)}_model_eval") or run.module.eval
+        was_training = run.slot(EvalSlot).was_training
 
         def act() -> None:
-            run.extras[f"interlock.was_training.{key}"] = run.module.training
+            was_training[key] = run.module.training
             to_eval()  # the module's on_validation_model_eval / on_test_model_eval / ... when it has one
             _open(run, params, _current(run, key), run.counters.eval_batch_idx)
 
@@ -149,16 +151,17 @@ def register(reg: Registry) -> None:
 
         return more
 
-    @reg.action("eval.close")
+    @reg.action("eval.close", reads=("eval",))
     def close(run: Run, params: Mapping[str, Any]) -> Action:
         """Put the module back in the mode it had before the loop; drop the loop's iterator."""
         key, _ = _params(params, "eval.close")
         to_train = _own_hook(run.module, f"on_{_LOOPS.get(key, key)}_model_train")
+        was_training = run.slot(EvalSlot).was_training
 
         def act() -> None:
             for i in range(loader_count(run.feeds, key)):
                 run.feeds[feed_key(key, i)].it = None
-            was = run.extras.pop(f"interlock.was_training.{key}", None)
+            was = was_training.pop(key, None)
             if to_train is not None:  # the module's on_validation_model_train / on_test_model_train
                 to_train()
             elif was is not None:

@@ -22,6 +22,7 @@ from interlock.core.logging import take
 from interlock.core.module import ModuleView, overrides
 from interlock.core.registry import NOOP, Action, Registry
 from interlock.core.run import Run
+from interlock.core.slots import CallbacksSlot, OptimSlot
 from interlock.core.updates import Update, as_updates
 
 __all__ = ["HOOKS", "check_hook_names", "register"]
@@ -163,10 +164,10 @@ def register(reg: Registry) -> None:
                 every, step, inner = run.config.accumulate_grad_batches, run.step, action
                 return lambda: inner() if step.index % every == 0 else None
             if hook == "on_train_end" and run.callbacks:  # the view's current_epoch counts the last epoch as done
-                extras, inner = run.extras, action
+                slot, inner = run.slot(CallbacksSlot), action
 
                 def ended() -> Any:
-                    extras[callbacks.TRAINED] = True
+                    slot.trained = True
                     return inner()
 
                 return ended
@@ -212,14 +213,14 @@ def register(reg: Registry) -> None:
             if not run.callbacks:
                 return NOOP
             call = callbacks.caller(run, hook, "eval")
-            starting, extras = hook.endswith("start"), run.extras
+            starting, slot = hook.endswith("start"), run.slot(CallbacksSlot)
 
             def act() -> list[Update] | None:
-                extras[callbacks.SANITY] = True  # the view's sanity_checking holds from one hook to the other
+                slot.sanity = True  # the view's sanity_checking holds from one hook to the other
                 try:
                     return None if call is None else call()
                 finally:
-                    extras[callbacks.SANITY] = starting
+                    slot.sanity = starting
 
             return act
 
@@ -262,7 +263,7 @@ def register(reg: Registry) -> None:
 
                 backward, step = _manual_hooks(run, backward, precision.optimizer_step)
                 view = ModuleView(
-                    run.counters, run.optimizers, run.schedulers, backward, step,
+                    run.counters, lambda: run.slots.get(OptimSlot), backward, step,
                     global_rank=int(getattr(strategy, "global_rank", 0)),
                     local_rank=int(getattr(strategy, "local_rank", 0)),
                     world_size=int(getattr(strategy, "world_size", 1)),

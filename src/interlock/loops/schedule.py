@@ -13,6 +13,7 @@ import attrs
 
 from interlock.core.registry import Guard, Registry
 from interlock.core.run import Run
+from interlock.core.slots import ScheduleSlot
 
 __all__ = ["ValSchedule", "register"]
 
@@ -88,9 +89,10 @@ def register(reg: Registry) -> None:
     """``schedule.*`` (validation) and ``limits.*`` (ends of epochs and of the fit) guards."""
 
     def schedule_of(run: Run) -> ValSchedule:
-        sched = run.extras.get("interlock.val_schedule")
+        slot = run.slot(ScheduleSlot)
+        sched = slot.val
         if sched is None:
-            sched = run.extras["interlock.val_schedule"] = ValSchedule.of(run)
+            sched = slot.val = ValSchedule.of(run)
         assert isinstance(sched, ValSchedule)
         return sched
 

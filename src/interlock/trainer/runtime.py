@@ -20,7 +20,10 @@ it apply once those states are entered.
 
 Hot path: actions and guards are bound once per stage to zero-argument
 callables; an event object and a state snapshot are built only for an event
-somebody handles.
+somebody handles. An action or guard that declared reading a slot
+(:mod:`interlock.core.slots`) is bound once that slot is filled, and again when an
+action replaces it (``Fill``): the bound callables of the chart are then swapped in
+place, and the rest of a sequence of actions in flight runs the new ones.
 """
 
 from __future__ import annotations
@@ -33,9 +36,10 @@ import attrs
 from interlock.core.chart import ActionRef, Chart, Transition, TransitionSpec
 from interlock.core.errors import Paused, Preempted, add_note
 from interlock.core.events import Event, EventBus
-from interlock.core.progress import COUNTER_OPS, Counters, compose
+from interlock.core.progress import Counters, compose
 from interlock.core.registry import NOOP, Registry
 from interlock.core.run import Run
+from interlock.core.slots import Fill, SlotError
 from interlock.core.state import TrainerState
 from interlock.core.updates import (
     BeginStage,
@@ -58,7 +62,10 @@ _Apply = Callable[[Any], None]
 class _Node:
     """A leaf, bound to one stage's run."""
 
-    __slots__ = ("always", "capture", "checkpoint", "entry", "keys", "later", "on", "once", "path", "signal")
+    __slots__ = (
+        "always", "capture", "checkpoint", "entry", "entry_refs", "keys", "later", "on", "once", "once_refs", "path",
+        "signal",
+    )  # fmt: skip
 
     def __init__(self, path: str, signal: Any, checkpoint: bool) -> None:
         self.path, self.signal, self.checkpoint = path, signal, checkpoint
@@ -69,15 +76,22 @@ class _Node:
         self.keys: tuple[str, ...] = ()
         self.capture: tuple[Callable[[], Any], ...] = ()
         self.later: tuple[bool, ...] = ()
+        self.entry_refs: tuple[ActionRef, ...] = ()  # what entry / once are bound from (a rebinding reads them)
+        self.once_refs: tuple[ActionRef, ...] = ()
 
 
 class _Edge:
     """A transition, bound: its guard and actions as callables, its counter change, its target node."""
 
-    __slots__ = ("actions", "dest", "enters", "guard", "guard_name", "names", "ops", "source", "trigger")
+    __slots__ = (
+        "action_refs", "actions", "dest", "enter_refs", "enters", "guard", "guard_name", "names", "ops", "source",
+        "spec", "trigger",
+    )  # fmt: skip
 
-    def __init__(self, trigger: str, guard_name: str | None) -> None:
-        self.trigger, self.guard_name = trigger, guard_name
+    def __init__(self, trigger: str, guard_name: str | None, spec: Transition | None = None) -> None:
+        self.trigger, self.guard_name, self.spec = trigger, guard_name, spec
+        self.action_refs: tuple[ActionRef, ...] = ()
+        self.enter_refs: tuple[ActionRef, ...] = ()
         self.guard: Callable[[], bool] | None = None
         self.actions: tuple[Callable[[], Any], ...] = ()
         self.enters: tuple[Callable[[], Any], ...] = ()
@@ -98,7 +112,8 @@ class Runtime:
         self.chart = chart
         self.bus = bus
         self.registry = registry
-        chart.check_names(registry.actions, registry.guards, COUNTER_OPS, registry.payload)
+        registry.check_slots()
+        chart.check_names(registry.actions, registry.guards, registry.counters, registry.payload)
         self.counters = Counters()
         self._counts: dict[str, int] = dict.fromkeys(chart.leaves, 0)
         self._base = TrainerState()
@@ -116,6 +131,11 @@ class Runtime:
         self._error: tuple[BaseException, str] | None = None
         self._where: str | None = None  # set when a transition's action raised: where it was
         self._holding = False  # a state's entry_once actions are running: saves wait for them
+        self._filled: set[str] = set()  # the slots of the stage's run that are filled
+        self._bound: dict[tuple[str, str], Callable[[], Any]] = {}  # (action, state) -> bound, this stage
+        self._bound_guards: dict[tuple[str, str], Callable[[], bool]] = {}
+        self._key_of: dict[int, tuple[str, str]] = {}  # id of a bound action -> its key (kept alive in _retired)
+        self._retired: list[Callable[[], Any]] = []
         if state is not None:
             self.restore(state)
 
@@ -207,8 +227,9 @@ class Runtime:
         while True:
             for action in node.entry:
                 out = action()
-                if out is not None:
-                    self._apply_result(out)
+                if out is not None and self._apply_result(out, action):
+                    self._rest(node.entry_refs, action)
+                    break
             if self._jump is not None:
                 node = self._do_jump()
                 continue
@@ -226,8 +247,9 @@ class Runtime:
             try:
                 for action in edge.actions:
                     out = action()
-                    if out is not None:
-                        self._apply_result(out)
+                    if out is not None and self._apply_result(out, action):
+                        self._rest(edge.action_refs, action)
+                        break
             except BaseException:
                 self._where = edge.where(action)
                 raise
@@ -238,8 +260,9 @@ class Runtime:
             try:
                 for action in edge.enters:
                     out = action()
-                    if out is not None:
-                        self._apply_result(out)
+                    if out is not None and self._apply_result(out, action):
+                        self._rest(edge.enter_refs, action)
+                        break
             except BaseException:
                 self._where = edge.where(action)
                 raise
@@ -275,8 +298,9 @@ class Runtime:
             self._holding = False
             for action in node.once:
                 out = action()
-                if out is not None:
-                    self._apply_result(out)
+                if out is not None and self._apply_result(out, action):
+                    self._rest(node.once_refs, action)
+                    break
         if self._pending_saves and node.checkpoint:
             self._flush_saves()
         return node
@@ -305,7 +329,7 @@ class Runtime:
         if edge is None:
             raise exc
         assert self._error is not None
-        safe = _Edge(edge.trigger, None)
+        safe = _Edge(edge.trigger, None, edge.spec)
         safe.dest, safe.ops, safe.source = edge.dest, edge.ops, edge.source
         safe.actions = tuple(_quiet(a, self._error[0]) for a in edge.actions)
         safe.enters = tuple(_quiet(a, self._error[0]) for a in edge.enters)
@@ -316,53 +340,145 @@ class Runtime:
 
     # -- binding a stage's run -----------------------------------------------------------
     def _bind(self, run: Run) -> None:
-        """Bind every action, guard, payload key and effect of the chart to ``run``."""
+        """Bind every action, guard, payload key and effect of the chart to ``run``.
+
+        Actions and guards that read a slot not filled yet are bound once it is (:meth:`_fill`).
+        """
         self._run = run
         reg, chart = self.registry, self.chart
-        bound: dict[tuple[str, str], Callable[[], Any]] = {}
-
-        def action(ref: ActionRef) -> Callable[[], Any]:
-            key = (ref.name, ref.where)
-            if key not in bound:
-                bound[key] = reg.actions[ref.name].bind(run, chart.states[ref.where].params)
-            return bound[key]
-
-        guards: dict[tuple[str, str], Callable[[], bool]] = {}
-
-        def guard(name: str, where: str) -> Callable[[], bool]:
-            if (name, where) not in guards:
-                guards[(name, where)] = reg.guards[name].bind(run, chart.states[where].params)
-            return guards[(name, where)]
-
+        self._filled = {reg.slot_name(kind) for kind in run.slots}
+        self._bound, self._bound_guards, self._key_of, self._retired = {}, {}, {}, []
         nodes = {leaf: _Node(leaf, self.bus.signals[leaf], spec.checkpoint) for leaf, spec in chart.leaf_specs.items()}
         getters = {key: entry.bind(run) for key, entry in reg.payload.items()}
 
         def edge(t: Transition) -> _Edge:
-            e = _Edge(t.trigger, t.guard)
-            e.guard = guard(t.guard, t.source) if t.guard is not None else None
-            e.actions = tuple(f for f in (action(a) for a in t.actions) if f is not NOOP)
-            e.enters = tuple(f for f in (action(a) for a in t.enters) if f is not NOOP)
-            e.source = t.source
-            e.names = {
-                id(action(a)): (f"exit of {a.where}: " if a.name in chart.states[a.where].exit else "do ") + a.name
-                for a in t.actions
-            }
-            e.names.update({id(action(a)): f"entry of {a.where}: {a.name}" for a in t.enters})
-            e.ops = compose(t.count)
-            e.dest = nodes[t.dest]
+            e = _Edge(t.trigger, t.guard, t)
+            e.source, e.dest = t.source, nodes[t.dest]
+            e.action_refs, e.enter_refs = tuple(t.actions), tuple(t.enters)
             return e
 
         for leaf, spec in chart.leaf_specs.items():
             node = nodes[leaf]
-            node.entry = tuple(f for f in (action(a) for a in spec.entry) if f is not NOOP)
-            node.once = tuple(f for f in (action(a) for a in spec.entry_once) if f is not NOOP)
+            node.entry_refs, node.once_refs = tuple(spec.entry), tuple(spec.entry_once)
             node.always = tuple(edge(t) for t in spec.always)
             node.on = {k: edge(t) for k, t in spec.on.items()}
             node.keys = spec.payload
             node.capture = tuple(getters[k] for k in spec.payload)
             node.later = tuple(reg.payload[k].lazy for k in spec.payload)
         self._nodes = nodes
+        self._refresh()
         self._effects = {kind: entry.bind(run) for kind, entry in reg.effects.items()}
+
+    def _action(self, ref: ActionRef) -> Callable[[], Any]:
+        """``ref`` bound to the run (cached for the stage; an action whose slots are not all filled: a stub)."""
+        key = (ref.name, ref.where)
+        fn = self._bound.get(key)
+        if fn is None:
+            assert self._run is not None
+            entry = self.registry.actions[ref.name]
+            missing = [s for s in entry.reads if s not in self._filled]
+            if missing:
+                fn = self._unready("action", ref.name, missing)
+            else:
+                fn = entry.bind(self._run, self.chart.states[ref.where].params)
+            self._bound[key] = fn
+            self._key_of[id(fn)] = key
+            self._retired.append(fn)
+        return fn
+
+    def _guard(self, name: str, where: str) -> Callable[[], bool]:
+        key = (name, where)
+        fn = self._bound_guards.get(key)
+        if fn is None:
+            assert self._run is not None
+            entry = self.registry.guards[name]
+            missing = [s for s in entry.reads if s not in self._filled]
+            if missing:
+                fn = self._unready("guard", name, missing)
+            else:
+                fn = entry.bind(self._run, self.chart.states[where].params)
+            self._bound_guards[key] = fn
+        return fn
+
+    def _unready(self, kind: str, name: str, missing: list[str]) -> Callable[[], Any]:
+        """A stand-in for ``name`` while a slot it reads is empty: it raises naming the slot and its writers."""
+        writers = {slot: self.registry.writers(slot) for slot in missing}
+
+        def unready() -> Any:
+            said = "; ".join(
+                f"slot {slot!r} is filled by {', '.join(w) if w else 'no registered action'}"
+                for slot, w in writers.items()
+            )
+            raise SlotError(
+                f"{kind} {name!r} reads slot(s) {missing} that nothing has filled yet in state {self._at!r} ({said}): "
+                "run a writer earlier in the chart"
+            )
+
+        return unready
+
+    def _refresh(self) -> None:
+        """(Re)assign every node's and edge's bound callables from the stage's bindings, in place."""
+        chart, counters = self.chart, self.registry.counters
+        assert self._run is not None
+        ops = {
+            name: (e.bind(self._run) if e.lazy else e.bind)
+            for name, e in counters.items()
+            if name in self._used_counters()
+        }
+        action = self._action
+
+        def fill(e: _Edge) -> None:
+            t = e.spec
+            assert t is not None
+            e.guard = self._guard(t.guard, t.source) if t.guard is not None else None
+            e.actions = tuple(f for f in (action(a) for a in t.actions) if f is not NOOP)
+            e.enters = tuple(f for f in (action(a) for a in t.enters) if f is not NOOP)
+            e.names = {
+                id(action(a)): (f"exit of {a.where}: " if a.name in chart.states[a.where].exit else "do ") + a.name
+                for a in t.actions
+            }
+            e.names.update({id(action(a)): f"entry of {a.where}: {a.name}" for a in t.enters})
+            e.ops = compose(t.count, ops)
+
+        for node in self._nodes.values():
+            node.entry = tuple(f for f in (action(a) for a in node.entry_refs) if f is not NOOP)
+            node.once = tuple(f for f in (action(a) for a in node.once_refs) if f is not NOOP)
+            for e in (*node.always, *node.on.values()):
+                fill(e)
+
+    def _used_counters(self) -> set[str]:
+        specs = self.chart.leaf_specs.values()
+        return {name for spec in specs for t in (*spec.always, *spec.on.values()) for name in t.count}
+
+    def _fill(self, slot: Any, action: Callable[[], Any] | None) -> None:
+        """Put ``slot`` in the run (filling or replacing its type's slot); bind again what reads it."""
+        assert self._run is not None
+        reg = self.registry
+        name = reg.slot_name(type(slot))
+        key = self._key_of.get(id(action)) if action is not None else None
+        if key is not None and name not in reg.actions[key[0]].writes:
+            raise SlotError(
+                f"action {key[0]!r} filled slot {name!r} ({type(slot).__name__}) without declaring it; register it "
+                f"with writes=({name!r},) (declared: {reg.actions[key[0]].writes})"
+            )
+        self._run.slots[type(slot)] = slot
+        self._filled.add(name)
+        self._bound = {k: f for k, f in self._bound.items() if name not in reg.actions[k[0]].reads}
+        self._bound_guards = {k: f for k, f in self._bound_guards.items() if name not in reg.guards[k[0]].reads}
+        self._refresh()
+
+    def _rest(self, refs: tuple[ActionRef, ...], done: Callable[[], Any]) -> None:
+        """Run the actions of ``refs`` after ``done`` (which filled a slot), bound as they are now."""
+        key = self._key_of.get(id(done))
+        keys = [(r.name, r.where) for r in refs]
+        start = keys.index(key) + 1 if key in keys else len(keys)
+        for ref in refs[start:]:
+            fn = self._action(ref)
+            if fn is NOOP:
+                continue
+            out = fn()
+            if out is not None:
+                self._apply_result(out, fn)
 
     def _unbind(self) -> None:
         """Drop every callable bound to the stage's run.
@@ -373,6 +489,7 @@ class Runtime:
         for node in self._nodes.values():
             node.entry, node.once, node.always, node.on, node.capture = (), (), (), {}, ()
         self._run, self._effects, self._nodes = None, {}, {}
+        self._bound, self._bound_guards, self._key_of, self._retired = {}, {}, {}, []
 
     def _do_jump(self) -> _Node:
         """Enter the restored state: entry actions of the states entered, the restore's effects, its own work."""
@@ -383,9 +500,10 @@ class Runtime:
         compiled = self.chart._compile(source, source, spec)
         assert self._run is not None
         for ref in (*compiled.actions, *compiled.enters):
-            out = self.registry.actions[ref.name].bind(self._run, self.chart.states[ref.where].params)()
+            fn = self._action(ref)
+            out = None if fn is NOOP else fn()
             if out is not None:
-                self._apply_result(out)
+                self._apply_result(out, fn)
         self._at = compiled.dest
         self._snapshot = None
         deferred, self._deferred = self._deferred, ()
@@ -398,12 +516,20 @@ class Runtime:
         """Apply updates (the same rules as handlers' updates)."""
         self.apply_all([(source, u) for u in updates])
 
-    def _apply_result(self, out: Any) -> None:
+    def _apply_result(self, out: Any, action: Callable[[], Any] | None = None) -> bool:
+        """Apply what an action returned; return whether it filled a slot (its bindings changed)."""
         if isinstance(out, Change):  # the common case of an action: one bookkeeping change
             self._base = self._base.replace(**out.changes(self.state))
             self._snapshot = None
-            return
-        self.apply_all([("action", u) for u in as_updates(out, "an action")])
+            return False
+        updates = as_updates(out, "an action")
+        fills = [u for u in updates if type(u) is Fill]
+        if fills:
+            updates = [u for u in updates if type(u) is not Fill]
+            for f in fills:
+                self._fill(f.slot, action)
+        self.apply_all([("action", u) for u in updates])
+        return bool(fills)
 
     def apply_all(self, items: list[tuple[str, Update]]) -> None:
         if not items:

@@ -21,6 +21,7 @@ from interlock.connectors.signals import PreemptionFlag, Signals
 from interlock.core.config import TrainerConfig
 from interlock.core.datamodule import provides
 from interlock.core.run import STAGE_DATA, Run, RunPlan
+from interlock.core.slots import CallbacksSlot, CheckpointSlot, EvalSlot, RngSlot, ScheduleSlot
 from interlock.core.state import TrainerState
 from interlock.plugins.checkpoint_io import TorchCheckpointIO
 from interlock.plugins.environments import SLURMEnvironment
@@ -93,11 +94,13 @@ class Session:
             module=module,
             feeds=feeds,
             signals=Signals(PreemptionFlag((*self.preempt_signals, int(signal.SIGINT)) if stage == "fit" else ())),
-            checkpoint_io=self.checkpoint_io,
-            restore_checks=self.restore_checks,
-            loggers=self.loggers,
-            callbacks=self.callbacks,
-            listeners=self.listeners,
+            slots={
+                CheckpointSlot: CheckpointSlot(io=self.checkpoint_io, restore_checks=self.restore_checks),
+                CallbacksSlot: CallbacksSlot(self.callbacks, self.loggers, self.listeners),
+                EvalSlot: EvalSlot(),
+                RngSlot: RngSlot(),
+                ScheduleSlot: ScheduleSlot(),
+            },
         )
         try:
             self.runtime.run(stage, run)
