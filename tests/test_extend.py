@@ -322,3 +322,94 @@ def test_the_progress_lines_of_a_renamed_chart_equal_the_originals(tmp_path: Pat
     assert outputs[0] == outputs[1]
     assert "Validation (epoch 1): 2 batches" in outputs[0] and "Epoch 1: 8 batches" in outputs[0]
     assert outputs[0].rstrip().splitlines()[-1].startswith("Validation: 2 batches")
+
+
+# -- the extension object of docs/extending.md --------------------------------------------------------
+def docs_ema(tmp_path: Path) -> tuple[Path, Any]:
+    """docs/extending.md's EMA chart (made by its own block) and its extension module (its titled block)."""
+    import importlib.util
+
+    from test_docs import blocks
+
+    page = Path(__file__).resolve().parents[1] / "docs" / "extending.md"
+    found = blocks(page)
+    source = next(b for b in found if b.file == "ema_extension.py")
+    chart_block = next(b for b in found if b.lang == "python" and 'Path("ema.yaml")' in b.code)
+    (tmp_path / "ema_extension.py").write_text(source.code)
+    cwd = Path.cwd()
+    try:
+        import os
+
+        os.chdir(tmp_path)
+        exec(compile(chart_block.code, chart_block.where, "exec"), {})
+    finally:
+        os.chdir(cwd)
+    spec = importlib.util.spec_from_file_location("docs_ema_extension", tmp_path / "ema_extension.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return tmp_path / "ema.yaml", module
+
+
+def hand_ema(decay: float, epochs: int) -> dict[str, torch.Tensor]:
+    """The same training in plain PyTorch, the average started at the first weights and folded after each step."""
+    torch.manual_seed(0)
+    module = TinyModule()
+    opt = module.configure_optimizers()
+    data = loader(64, 8, shuffle=True)
+    with torch.no_grad():
+        shadow = {n: p.detach().clone() for n, p in module.named_parameters()}
+    for _ in range(epochs):
+        for i, batch in enumerate(data):
+            module.training_step(batch, i).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            with torch.no_grad():
+                for n, p in module.named_parameters():
+                    shadow[n].mul_(decay).add_(p.detach(), alpha=1 - decay)
+    return shadow
+
+
+def test_the_documented_ema_extension_matches_a_hand_loop(tmp_path: Path) -> None:
+    """docs/extending.md's extension (slot + actions) on its chart gives the average a plain loop gives, bit for bit."""
+    chart, ext = docs_ema(tmp_path)
+    torch.manual_seed(0)
+    module = TinyModule()
+    trainer = interlock.Trainer(
+        max_epochs=2, limit_val_batches=0, default_root_dir=tmp_path, chart=chart, extensions=[ext.ema], **only()
+    )
+    seen: list[Any] = []
+    trainer.on("fit.train.batch.ema", lambda e: seen.append(trainer.runtime.current_run.slot(ext.EMASlot)))
+    trainer.fit(module, loader(64, 8, shuffle=True))
+    assert trainer.state.counts["fit.train.batch.ema"] == trainer.state.global_step == 16
+    expected = hand_ema(0.9, 2)  # the chart's `with: {decay: 0.9}`
+    shadow = seen[-1].shadow
+    assert set(shadow) == set(expected) and all(torch.equal(shadow[n], expected[n]) for n in expected)
+    assert not torch.equal(shadow["net.0.weight"], module.net[0].weight)
+
+
+def test_chart_actions_lists_slots_and_uses_for_the_builtin_chart_and_an_extension(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`interlock chart --actions` names each action's owner, the slots it reads/writes and where the chart uses it."""
+    from interlock.cli.main import main
+
+    assert main(["chart", "--actions"]) == 0
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+
+    def block(name: str) -> list[str]:
+        i = next(i for i, line in enumerate(lines) if line[4:].split(" ", 1)[0] == name)
+        return [lines[i], *(line.strip() for line in lines[i + 1 : i + 3] if line.startswith("        "))]
+
+    assert block("optim.step")[1:] == ["reads: optim", "used: entry of fit.train.batch.optimizer_step"]
+    assert block("optim.configure")[1:] == ["writes: optim", "used: entry of fit"]
+    assert "guard of fit.train.batch.end -[validate]-> fit.train.val" in block("schedule.val_due")[1]
+    chart, _ = docs_ema(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["chart", "--chart", str(chart), "--actions", "--extension", "ema_extension:ema"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "extension 'ema'" in block("ema.update")[0] and block("ema.update")[0].startswith("  * ")
+    assert block("ema.update")[1:] == ["reads: ema", "used: entry of fit.train.batch.ema"]
+    assert block("ema.init")[1:] == ["writes: ema", "used: entry of fit.train"]
+    assert main(["chart", "--actions", "--extension", "ema_extension:nothing"]) != 0

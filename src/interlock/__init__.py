@@ -17,7 +17,9 @@ from interlock.core.errors import (
     RunDirectoryInUse,
 )
 from interlock.core.events import Event, Listener, listen, observe
+from interlock.core.extension import Extension
 from interlock.core.module import Module
+from interlock.core.slots import Fill
 from interlock.core.state import Progress, TrainerState
 from interlock.core.updates import (
     LogMetrics,
@@ -42,6 +44,8 @@ __all__ = [
     "ConflictingUpdates",
     "DataModule",
     "Event",
+    "Extension",
+    "Fill",
     "IllegalTransition",
     "InterlockError",
     "Interrupted",

@@ -27,6 +27,8 @@ from interlock.connectors.rng import seed_everything
 from interlock.connectors.rundir import LOCK_FILE
 from interlock.core.chart import Chart, load_chart
 from interlock.core.errors import Preempted
+from interlock.core.extension import Extension
+from interlock.core.registry import Registry
 from interlock.listeners.trace import FOLLOWED_FLUSH_SECONDS, EventTrace
 from interlock.loops import default_registry
 from interlock.trainer.trainer import Trainer
@@ -354,12 +356,31 @@ def view(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
-def chart_actions(the_chart: Chart) -> str:
-    """Every registered action and guard with its owner module and one-line doc; ``*`` marks the chart's.
+def chart_uses(the_chart: Chart) -> dict[tuple[str, str], list[str]]:
+    """Where the chart uses each action and guard: ``{("action", name): ["entry of fit.start", ...]}``."""
+    uses: dict[tuple[str, str], list[str]] = {}
+    for path, spec in the_chart.states.items():
+        for where, names in (("entry", spec.entry), ("entry_once", spec.entry_once), ("exit", spec.exit)):
+            for name in names:
+                uses.setdefault(("action", name), []).append(f"{where} of {path}")
+        for t in spec.always:
+            edge = f"{path} -[{t.trigger}]-> {t.target}"
+            for name in t.do:
+                uses.setdefault(("action", name), []).append(f"do on {edge}")
+            if t.guard is not None:
+                uses.setdefault(("guard", t.guard), []).append(f"guard of {edge}")
+    return uses
 
+
+def chart_actions(the_chart: Chart, registry: Registry | None = None) -> str:
+    """Every registered action and guard: owner, one-line doc, the slots it reads and writes, where the chart uses it.
+
+    ``*`` marks the chart's. ``registry`` is the built-in one by default (with extensions: the trainer's).
     Names the chart uses that nothing registered are listed last: a run of that chart would refuse to start.
     """
-    rows = list(default_registry().describe())
+    reg = registry if registry is not None else default_registry()
+    rows = list(reg.describe())
+    uses = chart_uses(the_chart)
     used = {"action": the_chart.actions(), "guard": the_chart.guards()}
     width = max((len(name) for _, name, _, _ in rows), default=0)
     owner_width = max((len(owner) for _, _, owner, _ in rows), default=0)
@@ -372,11 +393,39 @@ def chart_actions(the_chart: Chart) -> str:
             mark = "*" if name in used[kind] else " "
             doc = summary.strip().splitlines()[0] if summary.strip() else "(no doc)"
             lines.append(f"  {mark} {name:<{width}}  {owner:<{owner_width}}  {doc}")
+            entry = (reg.actions if kind == "action" else reg.guards)[name]
+            if entry.reads or entry.writes:
+                slots = [f"reads: {', '.join(entry.reads)}"] if entry.reads else []
+                slots += [f"writes: {', '.join(entry.writes)}"] if entry.writes else []
+                lines.append(f"        {'  '.join(slots)}")
+            if (kind, name) in uses:
+                lines.append(f"        used: {'; '.join(uses[(kind, name)])}")
     for kind in ("action", "guard"):
         missing = sorted(used[kind] - {name for k, name, _, _ in rows if k == kind})
         if missing:
             lines.append(f"{kind}s used by {the_chart.source} that nothing registered: {', '.join(missing)}")
     return "\n".join(lines) + "\n"
+
+
+def load_extensions(spec: str | None) -> list[Extension]:
+    """The extensions ``--extension pkg.module:name[,pkg.other:name]`` names (an Extension or a list of them each)."""
+    out: list[Extension] = []
+    for item in (spec or "").split(","):
+        if not item.strip():
+            continue
+        module_name, _, attr = item.strip().partition(":")
+        if not attr:
+            raise UsageError(f"--extension {item!r}: write MODULE:NAME, e.g. my_project.ema:extension")
+        try:
+            value = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise UsageError(f"--extension {item!r}: {exc}") from None
+        items = value if isinstance(value, list | tuple) else [value]
+        bad = [v for v in items if not isinstance(v, Extension)]
+        if bad:
+            raise UsageError(f"--extension {item!r} is {bad[0]!r}, not an interlock.Extension")
+        out.extend(items)
+    return out
 
 
 def chart(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str]) -> int:
@@ -391,7 +440,13 @@ def chart(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str]) -> int:
         raise UsageError(f"cannot read chart {opts.chart}: {exc.strerror or exc}") from None
     out: str | bytes
     if opts.get("actions"):
-        out = chart_actions(the_chart)
+        registry = default_registry()
+        for ext in load_extensions(opts.get("extension")):
+            try:
+                registry.extend(ext)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
+        out = chart_actions(the_chart, registry)
     else:
         trace = read_trace(opts.trace, the_chart) if opts.trace else None
         try:

@@ -191,7 +191,14 @@ def _chart_parser() -> ArgumentParser:
     parser.add_argument(
         "--actions",
         action="store_true",
-        help="List every action and guard (owner, one-line doc) instead of drawing; * marks those the chart uses.",
+        help="List every action and guard (owner, one-line doc, slots read and written, where the chart uses it) "
+        "instead of drawing; * marks those the chart uses.",
+    )
+    parser.add_argument(
+        "--extension",
+        type=str | None,
+        default=None,
+        help="With --actions: add interlock.Extension objects, MODULE:NAME (comma-separated).",
     )
     parser.add_argument("-o", "--output", type=str | None, default=None, help="Write to this file.")
     return parser

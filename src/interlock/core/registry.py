@@ -96,6 +96,9 @@ class Registry:
     A name registered twice is an error naming both owners, unless ``replace=True``.
     """
 
+    #: who the entries registered here belong to (an extension's name); ``None``: the registering function's module
+    owner: str | None = None
+
     def __init__(self) -> None:
         self.actions: dict[str, Entry] = {}
         self.guards: dict[str, Entry] = {}
@@ -126,7 +129,7 @@ class Registry:
             )
         if not callable(fn):
             raise TypeError(f"{kind} {name!r} must be callable, got {fn!r}")
-        who = owner or _owner(fn)
+        who = owner or self.owner or _owner(fn)
         if name in table and not replace:
             raise ValueError(
                 f"{kind} {name!r} is registered twice: by {table[name].owner} and by {who}; "
@@ -194,12 +197,13 @@ class Registry:
         """Decorator: register a binder ``run -> handler(update)`` for updates of type ``kind``."""
 
         def register(fn: EffectBinder) -> EffectBinder:
+            who = self.owner or _owner(fn)
             if kind in self.effects and not replace:
                 raise ValueError(
                     f"an effect for {kind.__name__} is registered twice: by {self.effects[kind].owner} and by "
-                    f"{_owner(fn)}; pass replace=True to override it"
+                    f"{who}; pass replace=True to override it"
                 )
-            self.effects[kind] = Entry(kind.__name__, fn, _owner(fn), _doc(fn))
+            self.effects[kind] = Entry(kind.__name__, fn, who, _doc(fn))
             return fn
 
         return register
@@ -214,12 +218,13 @@ class Registry:
         """
 
         def register(fn: PayloadBinder) -> PayloadBinder:
+            who = self.owner or _owner(fn)
             if name in self.payload and not replace:
                 raise ValueError(
-                    f"payload key {name!r} is registered twice: by {self.payload[name].owner} and by {_owner(fn)}; "
+                    f"payload key {name!r} is registered twice: by {self.payload[name].owner} and by {who}; "
                     "rename one, or pass replace=True to override it"
                 )
-            self.payload[name] = Entry(name, fn, _owner(fn), _doc(fn), lazy)
+            self.payload[name] = Entry(name, fn, who, _doc(fn), lazy)
             return fn
 
         return register
@@ -235,12 +240,13 @@ class Registry:
             raise ValueError(f"counter operation name {name!r} must be an identifier, e.g. 'ema_step'")
         if not callable(op):
             raise TypeError(f"counter operation {name!r} must be callable, got {op!r}")
+        who = self.owner or _owner(op)
         if name in self.counters and not replace:
             raise ValueError(
                 f"counter operation {name!r} is registered twice: by {self.counters[name].owner} and by "
-                f"{_owner(op)}; rename one, or pass replace=True to override it"
+                f"{who}; rename one, or pass replace=True to override it"
             )
-        self.counters[name] = Entry(name, op, _owner(op), _doc(op), lazy=bind)
+        self.counters[name] = Entry(name, op, who, _doc(op), lazy=bind)
 
     def slot(self, name: str, kind: type, *, owner: str | None = None, replace: bool = False) -> None:
         """Register slot type ``kind`` under ``name``: actions name it in ``reads``/``writes``."""
@@ -248,7 +254,7 @@ class Registry:
             raise ValueError(f"slot name {name!r} must be an identifier, e.g. 'ema'")
         if not isinstance(kind, type):
             raise TypeError(f"slot {name!r} must be a class (an attrs class of live objects), got {kind!r}")
-        who = owner or _owner(kind)
+        who = owner or self.owner or _owner(kind)
         taken = next((s for s in self.slots.values() if s.kind is kind and s.name != name), None)
         if taken is not None:
             raise ValueError(f"slot type {kind.__name__} is registered twice: as {taken.name!r} and as {name!r}")
@@ -258,6 +264,34 @@ class Registry:
                 f"and by {who} ({kind.__name__}); rename one, or pass replace=True to override it"
             )
         self.slots[name] = SlotSpec(name, kind, who, _doc(kind))
+
+    def extend(self, other: Registry) -> None:
+        """Add every entry of ``other`` (an :class:`~interlock.Extension`); a taken name is an error naming both."""
+        tables: tuple[tuple[str, dict[Any, Any], dict[Any, Any]], ...] = (
+            ("action", self.actions, other.actions),
+            ("guard", self.guards, other.guards),
+            ("effect for", self.effects, other.effects),
+            ("payload key", self.payload, other.payload),
+            ("counter operation", self.counters, other.counters),
+            ("slot", self.slots, other.slots),
+        )
+        for kind, mine, theirs in tables:
+            for key, entry in theirs.items():
+                if key in mine and mine[key] is not entry:
+                    label = key.__name__ if isinstance(key, type) else repr(key)
+                    raise ValueError(
+                        f"{kind} {label} is registered twice: by {mine[key].owner} and by {entry.owner}; "
+                        "rename one (an extension cannot replace a name another owner registered)"
+                    )
+        for spec in other.slots.values():
+            taken = next((s for s in self.slots.values() if s.kind is spec.kind and s.name != spec.name), None)
+            if taken is not None:
+                raise ValueError(
+                    f"slot type {spec.kind.__name__} is registered twice: as {taken.name!r} by {taken.owner} and as "
+                    f"{spec.name!r} by {spec.owner}"
+                )
+        for _, mine, theirs in tables:
+            mine.update(theirs)
 
     # -- reading -----------------------------------------------------------------
     def slot_name(self, kind: type) -> str:

@@ -16,6 +16,7 @@ from interlock.core.chart import Chart, load_chart
 from interlock.core.config import TrainerConfig
 from interlock.core.datamodule import LOADER_METHODS, check_datamodule, is_datamodule, provides
 from interlock.core.events import EventBus, Handler, Listener, Observer, order_listeners
+from interlock.core.extension import Extension
 from interlock.core.module import Module, overrides
 from interlock.core.run import Run
 from interlock.core.state import TrainerState
@@ -81,6 +82,9 @@ class Trainer:
         chart: A custom statechart file; every action and guard it names must be registered.
         actions: Your chart's actions by name, ``fn(run)`` returning ``None`` or updates (``{"ema.update": fn}``).
         guards: Your chart's guards by name, ``fn(run) -> bool``.
+        extensions: :class:`~interlock.Extension` objects: actions, binders, guards, effects, payload keys,
+            counter operations and slot types your chart names, each bundle under its own name
+            (docs/extending.md). A name that another owner registered is an error naming both.
     """
 
     def __init__(
@@ -120,6 +124,7 @@ class Trainer:
         chart: str | os.PathLike[str] | None = None,
         actions: Mapping[str, Callable[[Run], Any]] | None = None,
         guards: Mapping[str, Callable[[Run], bool]] | None = None,
+        extensions: Sequence[Extension] = (),
         **lightning_only: Any,
     ) -> None:
         check_lightning_flags(lightning_only, Trainer.__init__)
@@ -164,6 +169,15 @@ class Trainer:
         self.root = Path(default_root_dir or os.getcwd())
         self.statechart: Chart = load_chart(chart)
         self.registry = default_registry()
+        if isinstance(extensions, Extension) or not isinstance(extensions, Sequence):
+            raise TypeError(f"Trainer(extensions={extensions!r}): pass a list of interlock.Extension objects")
+        for ext in extensions:
+            if not isinstance(ext, Extension):
+                raise TypeError(
+                    f"Trainer(extensions=[...]) got {ext!r}; each item must be an interlock.Extension "
+                    "(plain functions go in actions= / guards=)"
+                )
+            self.registry.extend(ext)
         for name, fn in (actions or {}).items():
             self.registry.add_action(name, fn)
         for name, fn in (guards or {}).items():
