@@ -350,7 +350,7 @@ def write_checkpoint(run: Run, path: str) -> None:
     A collective under DDP/FSDP, as every save.
     """
     _write(run, path, embed_history=True)
-    run.checkpoint_io.wait()
+    run.checkpoint.io.wait()
 
 
 def _write(run: Run, path: str, weights_only: bool = False, embed_history: bool = False) -> None:

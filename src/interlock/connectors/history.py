@@ -31,7 +31,6 @@ from interlock.core.state import thaw
 __all__ = ["HISTORY_FILE", "HistoryLog", "fingerprint_of", "read_history"]
 
 HISTORY_FILE = "history.jsonl"
-#: ``run.extras`` key of the session's :class:`HistoryLog`.
 _FIELDS = ("file", "rows", "bytes", "sha256")
 
 
