@@ -221,7 +221,6 @@ def test_lightning_public_names_import_from_the_same_paths(module: str, names: l
     [
         ("callbacks", "ModelPruning", "prune"),
         ("callbacks", "WeightAveraging", "AveragedModel"),
-        ("callbacks", "GradientAccumulationScheduler", "accumulate_grad_batches"),
         ("loggers", "CometLogger", "not in interlock yet"),
         ("utilities", "CombinedLoader", "list of loaders"),
         ("callbacks", "RichModelSummary", "the same table in plain text"),

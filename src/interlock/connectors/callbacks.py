@@ -296,7 +296,7 @@ class TrainerView:
 
     @property
     def accumulate_grad_batches(self) -> int:
-        return self._run.config.accumulate_grad_batches
+        return self._run.facts.accumulate_grad_batches or self._run.config.accumulate_grad_batches
 
     @property
     def num_training_batches(self) -> int | float:

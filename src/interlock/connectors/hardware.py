@@ -11,6 +11,7 @@ import torch
 
 from interlock.accelerators.base import Accelerator
 from interlock.accelerators.registry import select_accelerator
+from interlock.connectors.optim import accumulation
 from interlock.core.module import Module, overrides
 from interlock.core.registry import Action, Registry
 from interlock.core.run import Run
@@ -217,7 +218,9 @@ def register(reg: Registry) -> None:
         Through the module's ``backward(loss)`` when it overrides it (Lightning's hook).
         """
         own = run.module.backward if overrides(run.module, "backward") else None
-        return run.hardware.precision.backward_action(run.step, run.config.accumulate_grad_batches, own)  # type: ignore[no-any-return]
+        scheduled = accumulation(run)
+        every = run.config.accumulate_grad_batches if scheduled is None else scheduled
+        return run.hardware.precision.backward_action(run.step, every, own)  # type: ignore[no-any-return]
 
     @reg.action("strategy.teardown")
     def strategy_teardown(run: Run, params: Mapping[str, Any]) -> Action:

@@ -303,6 +303,18 @@ def is_manual(run: Run) -> bool:
     return getattr(run.module, "automatic_optimization", True) is False
 
 
+def accumulation(run: Run) -> Callable[[], int] | None:
+    """The accumulation factor read at each batch when a listener schedules it; ``None``: the Trainer's, fixed.
+
+    A listener with ``schedules_accumulation`` (``GradientAccumulationScheduler``) returns
+    ``SetAccumulation``; the state's factor then wins over ``accumulate_grad_batches`` (0: not set).
+    """
+    if not any(getattr(listener, "schedules_accumulation", False) for listener in run.listeners):
+        return None
+    fixed = run.config.accumulate_grad_batches
+    return lambda: run.facts.accumulate_grad_batches or fixed
+
+
 def _check_index(run: Run, index: int, what: str) -> None:
     if not run.optimizers:
         raise RuntimeError(f"{what} cannot be applied outside a fit (no optimizer yet)")
@@ -322,6 +334,13 @@ def register(reg: Registry) -> None:
             optimizers, schedulers = configure_optimizers(module.configure_optimizers())
             if is_manual(run):
                 cfg = run.config
+                scheduled = [x.key for x in run.listeners if getattr(x, "schedules_accumulation", False)]
+                if scheduled:
+                    raise ValueError(
+                        f"{type(module).__name__} uses manual optimization (automatic_optimization = False), and "
+                        f"{scheduled[0]} schedules gradient accumulation, which applies to automatic optimization "
+                        "only (as in Lightning); remove the listener, or accumulate in training_step"
+                    )
                 if cfg.accumulate_grad_batches != 1 or cfg.gradient_clip_val is not None:
                     raise ValueError(
                         f"{type(module).__name__} uses manual optimization (automatic_optimization = False), so "
@@ -342,14 +361,15 @@ def register(reg: Registry) -> None:
     @reg.guard("optim.step_due")
     def step_due(run: Run, params: Mapping[str, Any]) -> Guard:
         """The batch closes an accumulation window (accumulate_grad_batches) or the epoch's last batch."""
-        accumulate, step = run.config.accumulate_grad_batches, run.step
-        if accumulate == 1:
+        accumulate, step, scheduled = run.config.accumulate_grad_batches, run.step, accumulation(run)
+        if accumulate == 1 and scheduled is None:
             return lambda: True
 
         def due() -> bool:
             limit = run.feeds["train"].limit
             i = step.index + 1
-            return i % accumulate == 0 or (limit is not None and i >= limit)
+            every = accumulate if scheduled is None else scheduled()
+            return i % every == 0 or (limit is not None and i >= limit)
 
         return due
 
@@ -387,11 +407,11 @@ def register(reg: Registry) -> None:
         module = run.module
         if not overrides(module, "optimizer_zero_grad") or is_manual(run):
             return NOOP
-        every, step, counters = run.config.accumulate_grad_batches, run.step, run.counters
+        every, step, counters, scheduled = run.config.accumulate_grad_batches, run.step, run.counters, accumulation(run)
         optimizers = run.slot(OptimSlot).optimizers
 
         def act() -> None:
-            if step.index % every == 0:
+            if step.index % (every if scheduled is None else scheduled()) == 0:
                 for optimizer in optimizers:
                     module.optimizer_zero_grad(counters.epoch, step.index, optimizer)  # type: ignore[operator]
 

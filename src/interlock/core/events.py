@@ -337,6 +337,9 @@ class Listener:
     """
 
     after: tuple[str, ...] = ()
+    #: True for a listener that returns ``SetAccumulation``: the loop then reads the accumulation
+    #: factor from the state at every batch instead of fixing the Trainer's at set-up
+    schedules_accumulation: bool = False
 
     @property
     def key(self) -> str:

@@ -157,6 +157,9 @@ class TrainerState:
     data: Mapping[str, Any] = attrs.field(factory=dict, converter=freeze)
     listeners: Mapping[str, Any] = attrs.field(factory=dict, converter=freeze)
     seed: int | None = None
+    #: the gradient accumulation factor a listener set for this epoch (``GradientAccumulationScheduler``);
+    #: 0: the Trainer's ``accumulate_grad_batches``
+    accumulate_grad_batches: int = attrs.field(default=0, validator=_non_negative)
     run_dir: str = ""
     global_rank: int = attrs.field(default=0, validator=_non_negative)
     world_size: int = attrs.field(default=1, validator=_non_negative)

@@ -33,6 +33,7 @@ __all__ = [
     "ReplaceOptimizer",
     "RestoreState",
     "SaveCheckpoint",
+    "SetAccumulation",
     "SetDataPosition",
     "SetLearningRate",
     "SetListenerState",
@@ -154,6 +155,16 @@ class SetStatus(Change):
 
     def changes(self, state: TrainerState) -> dict[str, Any]:
         return {"status": self.status}
+
+
+@attrs.frozen
+class SetAccumulation(Change):
+    """Accumulate gradients over ``factor`` batches per optimizer step from now on (``0``: the Trainer's flag)."""
+
+    factor: int
+
+    def changes(self, state: TrainerState) -> dict[str, Any]:
+        return {"accumulate_grad_batches": self.factor}
 
 
 @attrs.frozen

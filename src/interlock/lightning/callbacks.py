@@ -3,7 +3,8 @@
 ``Callback`` is Lightning's base class, run at Lightning's moments (docs/porting.md#callbacks).
 
 ``ModelCheckpoint``, ``EarlyStopping``, ``LearningRateMonitor``, ``Timer``, ``ModelSummary``,
-``StochasticWeightAveraging``, ``RichProgressBar``, ``DeviceStatsMonitor`` and ``TQDMProgressBar``
+``StochasticWeightAveraging``, ``GradientAccumulationScheduler``, ``RichProgressBar``,
+``DeviceStatsMonitor`` and ``TQDMProgressBar``
 (``ProgressBar``) are the native listeners. Lightning's attributes that read run state
 (``best_model_path``, ``best_model_score``, ``time_elapsed()``) read the state of the trainer
 that last ran them. A Lightning argument interlock cannot honour raises at construction, and a
@@ -23,7 +24,7 @@ import torch
 from interlock.core.state import TrainerState
 from interlock.lightning._refuse import missing, refuse_value
 from interlock.lightning.callback import Callback
-from interlock.listeners import DeviceStatsMonitor
+from interlock.listeners import DeviceStatsMonitor, GradientAccumulationScheduler
 from interlock.listeners import EarlyStopping as _EarlyStopping
 from interlock.listeners import LearningRateMonitor as _LearningRateMonitor
 from interlock.listeners import ModelCheckpoint as _ModelCheckpoint
@@ -37,6 +38,7 @@ __all__ = [
     "Callback",
     "DeviceStatsMonitor",
     "EarlyStopping",
+    "GradientAccumulationScheduler",
     "LearningRateMonitor",
     "ModelCheckpoint",
     "ModelSummary",
@@ -269,7 +271,6 @@ __getattr__ = missing(
         "train_loader) or interlock.tuner.lr_find(trainer, model, train_loader)",
         "BackboneFinetuning": f"freeze and unfreeze parameters in module hooks (on_train_epoch_start), or {_NATIVE}",
         "BaseFinetuning": f"freeze and unfreeze parameters in module hooks (on_train_epoch_start), or {_NATIVE}",
-        "GradientAccumulationScheduler": "use Trainer(accumulate_grad_batches=N) (a fixed count)",
         "LambdaCallback": "use trainer.on('event.name', handler) or an interlock.Listener",
         "RichModelSummary": "use ModelSummary(max_depth) (the same table in plain text)",
         "OnExceptionCheckpoint": "interlock saves last.ckpt on preemption and Ctrl-C by itself (docs/resuming.md)",

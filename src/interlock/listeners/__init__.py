@@ -8,6 +8,7 @@ trainer. Outputs go to ``state.run_dir`` unless a directory is given.
 from __future__ import annotations
 
 from interlock.core.events import Listener
+from interlock.listeners.accumulation import GradientAccumulationScheduler
 from interlock.listeners.checkpoint import ModelCheckpoint
 from interlock.listeners.csv_logger import CSVLogger
 from interlock.listeners.device_stats import DeviceStatsMonitor
@@ -30,6 +31,7 @@ __all__ = [
     "EarlyStopping",
     "EventTrace",
     "FiniteGuard",
+    "GradientAccumulationScheduler",
     "LearningRateMonitor",
     "MLFlowLogger",
     "ModelCheckpoint",

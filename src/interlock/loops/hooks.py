@@ -18,6 +18,7 @@ from typing import Any
 from interlock.connectors import callbacks
 from interlock.connectors.data import loader_count
 from interlock.connectors.metrics import batch_size
+from interlock.connectors.optim import accumulation
 from interlock.core.logging import take
 from interlock.core.module import ModuleView, overrides
 from interlock.core.registry import NOOP, Action, Registry
@@ -160,6 +161,10 @@ def register(reg: Registry) -> None:
             action = _bind_hook(run, hook, args_of(run, hook), "train", each)
             if action is NOOP:
                 return action
+            scheduled = accumulation(run) if hook == "on_before_zero_grad" else None
+            if scheduled is not None:
+                step, inner = run.step, action
+                return lambda: inner() if step.index % scheduled() == 0 else None
             if hook == "on_before_zero_grad" and run.config.accumulate_grad_batches > 1:
                 every, step, inner = run.config.accumulate_grad_batches, run.step, action
                 return lambda: inner() if step.index % every == 0 else None

@@ -233,12 +233,24 @@ class Precision:
         return self._ensure_scaler(self.device_type or loss.device.type).scale(loss)
 
     def backward_action(
-        self, step: Step, accumulate: int, backward: Callable[..., None] | None = None
+        self, step: Step, accumulate: int | Callable[[], int], backward: Callable[..., None] | None = None
     ) -> Callable[[], None]:
         """The chart's ``precision.backward``: backpropagate ``step.loss``, divided by ``accumulate``.
 
         ``backward(loss)`` (the module's own ``backward``) replaces ``loss.backward()``; it gets the scaled loss.
+        ``accumulate`` may be a function read at each batch (an accumulation a listener schedules).
         """
+        if callable(accumulate):
+            factor, by_factor = accumulate, dict[int, Callable[[], None]]()
+
+            def act_scheduled() -> None:
+                n = factor()
+                act = by_factor.get(n)
+                if act is None:
+                    act = by_factor[n] = self.backward_action(step, n, backward)
+                act()
+
+            return act_scheduled
         plain = self.is_plain
         if backward is not None:
             custom = backward
