@@ -252,3 +252,9 @@ def test_resumed_run_on_rank_one_writes_nothing(
     assert resumed.state.epoch == 1 and resumed.state.chart == "finished"
     assert files_under(tmp_path) == before
     assert capsys.readouterr().out == "" and bar_out.getvalue() == ""
+
+
+def test_csv_logger_has_no_experiment_and_says_what_to_use() -> None:
+    """CSVLogger.experiment raises, naming self.log and the loggers that take images."""
+    with pytest.raises(AttributeError, match=r"self\.log.*TensorBoardLogger"):
+        _ = CSVLogger().experiment

@@ -183,6 +183,7 @@ def _interlock(
     view: bool = False,
     fast: bool = False,
     adapter: bool = False,
+    tracker: str | None = None,
 ) -> None:
     import interlock
 
@@ -215,6 +216,8 @@ def _interlock(
         port = _free_port()
         listeners = [LiveView(port=port)]
         watcher = _follow(f"http://127.0.0.1:{port}/api/stream?run=version_0")
+    if tracker is not None:  # the defaults plus an experiment tracker, on disk (no server)
+        listeners = [*listeners, _tracker(tracker, root)]
     trainer = make_trainer(
         max_epochs=10**6,
         max_steps=max_steps,
@@ -235,6 +238,17 @@ def _interlock(
                     listener.stop()
             watcher.kill()
             watcher.wait()
+
+
+def _tracker(name: str, root: str) -> Any:
+    """``MLFlowLogger`` on a file store or ``WandbLogger`` offline, both under ``root``."""
+    os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"
+    os.environ.update(WANDB_MODE="offline", WANDB_SILENT="true", WANDB_DIR=root, WANDB_DISABLE_GIT="true")
+    from interlock.listeners import MLFlowLogger, WandbLogger
+
+    if name == "mlflow":
+        return MLFlowLogger(tracking_uri=f"file:{root}/mlruns")
+    return WandbLogger(save_dir=root, offline=True)
 
 
 def _free_port() -> int:
@@ -336,6 +350,8 @@ _FRAMEWORK = {
     "interlock_lightning": "interlock.lightning",
     "interlock_default": "interlock.listeners",
     "interlock_view": "interlock.view",
+    "interlock_mlflow": "mlflow.tracking",
+    "interlock_wandb": "wandb",
     "lightning": "pytorch_lightning",
     "lightning_default": "pytorch_lightning",
     "ignite": "ignite.engine",
@@ -388,6 +404,8 @@ def run_steps(spec: dict[str, Any]) -> dict[str, Any]:
             _interlock(ds, batch, clock, max_steps, probe_fn, every, default=False, fast=True)
         elif variant == "interlock_lightning":
             _interlock(ds, batch, clock, max_steps, probe_fn, every, default=False, adapter=True)
+        elif variant in ("interlock_mlflow", "interlock_wandb"):
+            _interlock(ds, batch, clock, max_steps, probe_fn, every, default=True, tracker=variant.split("_")[1])
         elif variant in ("interlock_bare", "interlock_default", "interlock_view"):
             _interlock(
                 ds,
@@ -439,6 +457,8 @@ def run_steps_same_process(spec: dict[str, Any]) -> dict[str, Any]:
                 _interlock(ds, batch, clock, max_steps, _no_probe, None, default=False, fast=True)
             elif variant == "interlock_lightning":
                 _interlock(ds, batch, clock, max_steps, _no_probe, None, default=False, adapter=True)
+            elif variant in ("interlock_mlflow", "interlock_wandb"):
+                _interlock(ds, batch, clock, max_steps, _no_probe, None, default=True, tracker=variant.split("_")[1])
             elif variant in ("interlock_bare", "interlock_default", "interlock_view"):
                 default, view = variant != "interlock_bare", variant == "interlock_view"
                 _interlock(ds, batch, clock, max_steps, _no_probe, None, default=default, view=view)

@@ -42,6 +42,8 @@ STEP_VARIANTS = (
     "interlock_lightning",
     "interlock_default",
     "interlock_view",
+    "interlock_mlflow",
+    "interlock_wandb",
     "lightning",
     "lightning_default",
     "ignite",
@@ -49,6 +51,8 @@ STEP_VARIANTS = (
 #: Which import each optional variant needs.
 NEEDS = {
     "interlock_view": "uvicorn",
+    "interlock_mlflow": "mlflow",
+    "interlock_wandb": "wandb",
     "lightning": "pytorch_lightning",
     "lightning_default": "pytorch_lightning",
     "ignite": "ignite",
@@ -206,7 +210,7 @@ def median_of(runs: Sequence[dict[str, Any]], key: str) -> float | None:
 #: Variants that can share a process (no third-party framework imported).
 SAME_PROCESS = (
     "plain", "prebatched", "interlock_bare", "interlock_fast", "interlock_lightning", "interlock_default",
-    "interlock_view",
+    "interlock_view", "interlock_mlflow", "interlock_wandb",
 )  # fmt: skip
 
 

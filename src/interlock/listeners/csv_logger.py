@@ -48,6 +48,14 @@ class CSVLogger(LoggerListener):
         self._synced: Path | None = None  # the file this process has rewritten from the history
         self._rank_zero: bool | None = None  # this process's rank is 0 (None: not known yet)
 
+    @property
+    def experiment(self) -> Any:
+        """Refused: a CSV file has no library object (Lightning's ``ExperimentWriter``) to log through."""
+        raise AttributeError(
+            "CSVLogger.experiment (Lightning's ExperimentWriter) is not in interlock: log values with self.log, "
+            "they are written to metrics.csv; for images or text use TensorBoardLogger, MLFlowLogger or WandbLogger"
+        )
+
     def file(self, state: TrainerState) -> Path:
         """The CSV file for the run ``state`` describes."""
         return output_dir(self.save_dir, state, "CSVLogger") / self.name
