@@ -51,8 +51,12 @@ def test_bench_quick_json_shape() -> None:
         "rss",
         "epochs",
         "long",
+        "failure",
     }
     assert report["config"]["quick"] is True
+    failure = report["failure"]  # the flight recorder writes once, at the failure; the replay reproduces it
+    assert failure["status"] == "ok" and failure["reproduced"] is True, failure
+    assert _finite(failure["record_ms"]) and failure["replay_started_at"] > 0  # from a checkpoint, not step 0
 
     variants = report["variants"]
     assert {"plain", "interlock_bare", "ignite"} <= set(variants)

@@ -21,6 +21,7 @@ import logging
 import math
 import os
 import resource
+import shutil
 import statistics
 import sys
 import tempfile
@@ -868,7 +869,72 @@ def run_long(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def run_failure(spec: dict[str, Any]) -> dict[str, Any]:
+    """A default-listener run that fails at its last step: the flight recorder's one-time cost, and the replay.
+
+    ``record_ms``: the recorder's work at the failure (reading the whole trace back and writing
+    ``failure.json``), measured by running it again on the finished trace; ``fit_ms``: the run;
+    ``replay_ms``: ``interlock.replay`` to the failure, from the newest checkpoint (the last epoch end).
+    """
+    import interlock
+    from interlock.core.state import TrainerState
+    from interlock.core.tracelist import read_transitions
+    from interlock.listeners.flight import record_failure
+
+    torch.set_num_threads(1)
+    steps, batch, epochs = spec["steps"], spec["batch"], spec["epochs"]
+    fail_at = steps * epochs - 1
+
+    class Fails(interlock.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = make_net()
+
+        def training_step(self, batch_data: Any, batch_idx: int) -> torch.Tensor:
+            if self.global_step == fail_at:
+                raise RuntimeError("the last step fails")
+            return loss_of(self.net, batch_data)
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=LR)
+
+    def data() -> DataLoader[Any]:
+        return DataLoader(make_dataset(steps * batch), batch_size=batch, shuffle=True)
+
+    root = Path(tempfile.mkdtemp(prefix="bench-failure-"))
+    flags = {"max_epochs": epochs, "num_sanity_val_steps": 0, "accelerator": "cpu", "seed": 0}
+    trainer = interlock.Trainer(**flags, enable_progress_bar=False, default_root_dir=str(root))
+    with quiet(), contextlib.redirect_stderr(io.StringIO()):
+        t0 = time.perf_counter()
+        with contextlib.suppress(RuntimeError):
+            trainer.fit(Fails(), data())
+        fit_s = time.perf_counter() - t0
+        run_dir = Path(trainer.state.run_dir)
+        trace = run_dir / "events.jsonl"
+        t0 = time.perf_counter()
+        record = record_failure(trace, TrainerState(), None, False)
+        record_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        with interlock.replay(run_dir, Fails(), data()) as rep:
+            replay_s = time.perf_counter() - t0
+            started = rep.started_at
+            same = rep.number == record["transition"] and rep.error is not None
+    out = {
+        "fit_ms": fit_s * 1e3,
+        "record_ms": record_s * 1e3,
+        "replay_ms": replay_s * 1e3,
+        "transitions": len(read_transitions(trace, "")),
+        "trace_bytes": trace.stat().st_size,
+        "steps": fail_at,
+        "replay_started_at": started,
+        "reproduced": same,
+    }
+    shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
 TASKS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "failure": run_failure,
     "long": run_long,
     "epoch_growth": run_epoch_growth,
     "steps": run_steps,

@@ -33,7 +33,7 @@ HERE = Path(__file__).resolve().parent
 WORKER = HERE / "_bench_workers.py"
 SRC = HERE.parent / "src"
 
-SECTIONS = ("steps", "ddp", "ckpt", "resume", "rss", "epochs", "long")
+SECTIONS = ("steps", "ddp", "ckpt", "resume", "rss", "epochs", "long", "failure")
 STEP_VARIANTS = (
     "plain",
     "prebatched",
@@ -109,6 +109,8 @@ SIZES: dict[str, dict[str, Any]] = {
         "long_val_batches": 8,
         "long_steps_epochs": 100,
         "long_steps_per_epoch": 200,
+        "failure_steps": 2_000,
+        "failure_epochs": 10,
     },
     "quick": {
         "steps_samples": 200,
@@ -130,6 +132,8 @@ SIZES: dict[str, dict[str, Any]] = {
         "long_val_batches": 2,
         "long_steps_epochs": 4,
         "long_steps_per_epoch": 50,
+        "failure_steps": 20,
+        "failure_epochs": 3,
     },
 }
 
@@ -658,6 +662,16 @@ def section_long(runner: Runner, size: dict[str, Any]) -> dict[str, Any]:
 
 
 # -- report -------------------------------------------------------------------------------
+def section_failure(runner: Runner, size: dict[str, Any]) -> dict[str, Any]:
+    """The flight recorder (written once, at a failure: nothing per step) and the replay to the failure."""
+    steps, epochs = size["failure_steps"], size["failure_epochs"]
+    runner.log(f"[failure] a run of {steps * epochs:,} steps failing at its last: flight record and replay")
+    result = runner.run({"task": "failure", "steps": steps, "epochs": epochs, "batch": size["batch"]})
+    if "error" in result:
+        return {"status": "error", "error": result["error"]}
+    return {"status": "ok", **result}
+
+
 def machine() -> dict[str, Any]:
     versions = {}
     for dist in ("torch", "interlock", "pytorch-lightning", "pytorch-ignite"):
@@ -750,6 +764,19 @@ def render(report: dict[str, Any]) -> str:
             f"{_num(ms.get('torch_save_fsync'))} ms); all in the caller {_num(ms.get('interlock_sync'))} ms "
             f"({_num(ck.get('ratio_sync_vs_fsync'), '{:.2f}x')})"
         )
+    fl = report.get("failure")
+    if fl is not None:
+        lines.append("")
+        if fl["status"] == "error":
+            lines.append(f"failure: error ({fl['error']})")
+        else:
+            lines.append(
+                f"failure (a run of {fl['steps']:,} steps failing at its last): the flight recorder's failure.json "
+                f"{_num(fl['record_ms'])} ms, once, at the failure (its trace: {fl['transitions']:,} transitions, "
+                f"{fl['trace_bytes'] / 1024:.1f} KB; nothing per step); replay to the failure from global step "
+                f"{fl['replay_started_at']} {_num(fl['replay_ms'] / 1e3, '{:.2f}')} s vs the run's "
+                f"{_num(fl['fit_ms'] / 1e3, '{:.2f}')} s" + ("" if fl["reproduced"] else " (NOT REPRODUCED)")
+            )
     rs = report.get("resume")
     if rs is not None:
         lines.append("")
@@ -876,6 +903,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "rss": lambda: section_rss(runner, size, repeats, warmup, steps_runs, args.variant_list),
         "epochs": lambda: section_epochs(runner, size),
         "long": lambda: section_long(runner, size),
+        "failure": lambda: section_failure(runner, size),
     }
     try:
         for name in args.sections:

@@ -24,7 +24,7 @@ import attrs
 
 from interlock.core.traceformat import Decoder, TraceFormatError
 
-__all__ = ["Step", "read_transitions"]
+__all__ = ["Failure", "Step", "last_failure", "read_transitions"]
 
 
 @attrs.frozen
@@ -114,3 +114,50 @@ def read_transitions(path: str | os.PathLike[str], initial: str) -> list[Step]:
                 at = record["first"] if turn == 0 and j == 0 else record if turn == times - 1 and j == last else None
                 add(names, at)
     return out
+
+
+@attrs.frozen
+class Failure:
+    """Where a trace's last failure was.
+
+    ``number``: the transition the run failed after (its target ``state`` raised); the counters after
+    it; the error the ``fail`` transition carried.
+    """
+
+    number: int
+    state: str
+    epoch: int | None
+    global_step: int | None
+    batch_idx: int | None
+    error: str | None
+
+
+def last_failure(path: str | os.PathLike[str]) -> Failure | None:
+    """The last failure of the trace ``path`` (``None``: none), read in one pass without listing its transitions.
+
+    What the flight recorder reads at a failure: the cost is one decode of the (compact) file.
+    """
+    file = Path(path)
+    if file.is_dir():
+        file = file / "events.jsonl"
+    number, found = 0, None
+    before: Mapping[str, Any] = {}
+    for record in _records(file):
+        cycle = record.get("cycle")
+        if cycle:
+            number += int(record["times"]) * len(cycle)
+        else:
+            number += 1
+            if record.get("trigger") == "fail":
+                at = before
+                err = record.get("error")
+                found = Failure(
+                    number - 1,
+                    str(record.get("source")),
+                    at.get("epoch"),
+                    at.get("global_step"),
+                    at.get("batch_idx"),
+                    None if err is None else str(err),
+                )
+        before = record  # a repeat's own fields are the counters after its last transition
+    return found

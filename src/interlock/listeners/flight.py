@@ -20,7 +20,7 @@ from typing import Any
 
 from interlock.core.errors import add_note
 from interlock.core.state import TrainerState
-from interlock.core.tracelist import read_transitions
+from interlock.core.tracelist import last_failure
 
 __all__ = ["FAILURE_FILE", "record_failure"]
 
@@ -33,23 +33,21 @@ def _plain(value: Any) -> bool:
 
 def record_failure(trace: Path, state: TrainerState, exception: BaseException | None, cli: bool) -> dict[str, Any]:
     """Write ``failure.json`` beside the complete ``trace``; add the reproducing command to ``exception``."""
-    steps = read_transitions(trace, "")
-    fails = [s.number for s in steps if s.trigger == "fail"]
-    if not fails:
+    failure = last_failure(trace)
+    if failure is None:
         return {}
-    at = steps[fails[-1] - 2] if fails[-1] >= 2 else None
-    number = fails[-1] - 1
+    number = failure.number
     run_dir = trace.parent
     python = f"interlock.replay({str(run_dir)!r}, module, <train data>, <val data>, to={number})"
     command = f"interlock replay {run_dir} --to {number}"
     record = {
         "transition": number,
-        "state": steps[fails[-1] - 1].source,
-        "epoch": state.epoch if at is None else at.epoch,
-        "global_step": state.global_step if at is None else at.global_step,
-        "batch_idx": state.batch_idx if at is None else at.batch_idx,
+        "state": failure.state,
+        "epoch": state.epoch if failure.epoch is None else failure.epoch,
+        "global_step": state.global_step if failure.global_step is None else failure.global_step,
+        "batch_idx": state.batch_idx if failure.batch_idx is None else failure.batch_idx,
         "data": {k: v for k, v in state.data.items() if _plain(v)},
-        "error": steps[fails[-1] - 1].error,
+        "error": failure.error,
         "replay": python,
         "command": command,
     }
