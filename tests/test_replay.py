@@ -12,13 +12,16 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import interlock
-from conftest import TinyModule, loader
+from conftest import TinyModule, loader, only
 from interlock.cli.main import main
 from interlock.core.tracelist import read_transitions
 from interlock.listeners.checkpoint import ModelCheckpoint
 from interlock.listeners.guards import FiniteGuard
+from interlock.listeners.trace import EventTrace
 
 FLAGS: dict[str, Any] = {"max_epochs": 3, "accelerator": "cpu", "enable_progress_bar": False, "seed": 7}
 
@@ -386,3 +389,41 @@ def test_ddp_run_is_refused_on_one_process_and_replays_exactly_under_torchrun(tm
     assert result == {"number": target, "state": "fit.train.batch.end", "started_at": first_end}  # a checkpoint
     final, resumed = torch.load(tmp_path / "final0.pt"), torch.load(tmp_path / "resumed0.pt")
     assert all(torch.equal(final[k], resumed[k]) for k in final)
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(pick=st.floats(0.0, 0.999))
+def test_any_checkpoint_state_replayed_saved_and_resumed_ends_bitwise_equal(
+    finished_run: Any, tmp_path: Path, pick: float
+) -> None:
+    """Any transition into a checkpoint state, replayed, saved and resumed: the original's final weights, bitwise."""
+    run_dir, original = finished_run
+    chart = interlock.load_chart()
+    ok = chart.checkpoint_states - chart.final_states
+    numbers = [s.number for s in read_transitions(run_dir, "idle") if s.event in ok and s.epoch != 2]
+    target = numbers[int(pick * len(numbers))]
+    saved = tmp_path / f"at{target}.ckpt"
+    with interlock.replay(run_dir, fresh(fail=False), *data(), to=target) as rep:
+        rep.save(saved)
+    resumed = fresh(fail=False)
+    interlock.Trainer(**FLAGS, default_root_dir=tmp_path / f"r{target}").fit(resumed, *data(), ckpt_path=saved)
+    for (name, a), b in zip(original.state_dict().items(), resumed.state_dict().values(), strict=True):
+        assert torch.equal(a, b), (target, name)
+
+
+def test_compact_trace_numbers_transitions_as_the_full_trace_lists_them(tmp_path: Path) -> None:
+    """The transitions read from a compact trace (loops counted) equal the full trace's lines of the same run."""
+    runs = []
+    for full in (False, True):
+        torch.manual_seed(0)
+        trainer = interlock.Trainer(
+            **{**FLAGS, "max_epochs": 2, **only(EventTrace(full=full))}, default_root_dir=tmp_path
+        )
+        trainer.fit(TinyModule(), loader(160, 4), loader(32, 4))
+        runs.append(read_transitions(trainer.run_dir, "idle"))
+    compact, full_ = runs
+    assert len(compact) == len(full_) > 100
+    for a, b in zip(compact, full_, strict=True):
+        assert (a.number, a.event, a.trigger, a.source, a.count) == (b.number, b.event, b.trigger, b.source, b.count)
+        for x, y in ((a.epoch, b.epoch), (a.global_step, b.global_step), (a.batch_idx, b.batch_idx)):
+            assert x is None or x == y
