@@ -413,3 +413,18 @@ def test_chart_actions_lists_slots_and_uses_for_the_builtin_chart_and_an_extensi
     assert block("ema.update")[1:] == ["reads: ema", "used: entry of fit.train.batch.ema"]
     assert block("ema.init")[1:] == ["writes: ema", "used: entry of fit.train"]
     assert main(["chart", "--actions", "--extension", "ema_extension:nothing"]) != 0
+
+
+def test_a_stage_is_defined_by_its_states_with_in_the_chart(tmp_path: Path) -> None:
+    """The module methods and loaders a stage needs come from the chart: an edited `requires` is enforced."""
+    text = BUILTIN.read_text()
+    old = "loaders: [test], requires: [test_step]}"
+    assert text.count(old) == 1
+    strict = write(tmp_path, "strict.yaml", text.replace(old, "loaders: [test], requires: [test_step, test_report]}"))
+    trainer = interlock.Trainer(chart=strict, default_root_dir=tmp_path, **only())
+    with pytest.raises(TypeError, match=r"TinyModule has no test_report\(\); test needs it"):
+        trainer.test(TinyModule(), loader(16, 8))
+    assert interlock.Trainer(chart=BUILTIN, default_root_dir=tmp_path, **only()).test(TinyModule(), loader(16, 8))
+    broken = write(tmp_path, "broken.yaml", text.replace(old, "requires: [test_step]}"))
+    with pytest.raises(interlock.ChartError, match=r"state 'test' must define the stage in its with:.*loaders"):
+        interlock.Trainer(chart=broken, **only())

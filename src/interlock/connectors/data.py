@@ -24,7 +24,7 @@ from interlock.core.config import TrainerConfig
 from interlock.core.datamodule import LOADER_METHODS, provides
 from interlock.core.module import Module, overrides
 from interlock.core.registry import Action, Guard, Registry
-from interlock.core.run import STAGE_DATA, Run
+from interlock.core.run import Run, stage_def
 from interlock.core.state import TrainerState, thaw
 from interlock.core.updates import SetDataPosition, Update
 
@@ -473,7 +473,8 @@ def register(reg: Registry) -> None:
                 return
             if callable(getattr(dm, "setup", None)):
                 dm.setup(stage=run.stage)
-            first = STAGE_DATA[run.stage][0]
+            assert run.chart is not None
+            first = stage_def(run.chart, run.stage).loaders[0]
             if not provides(dm, first):
                 raise TypeError(
                     f"Trainer.{run.stage}(datamodule=...) needs {type(dm).__name__}.{LOADER_METHODS[first]}(), which "
@@ -495,7 +496,8 @@ def register(reg: Registry) -> None:
             source = run.plan.datamodule if run.plan.datamodule is not None else run.module
             if not run.plan.loads_later:
                 return
-            first, *optional = STAGE_DATA[run.stage]
+            assert run.chart is not None
+            first, *optional = stage_def(run.chart, run.stage).loaders
             keys = [first] if run.plan.datamodule is not None or run.plan.loaders.get(first) is None else []
             wanted = "val" in optional and run.plan.loaders.get("val") is None and provides(source, "val")
             if wanted and _needs_step(run.module, "validation_step"):  # Lightning skips val without validation_step

@@ -21,9 +21,44 @@ from interlock.core.progress import Counters
 from interlock.core.slots import CallbacksSlot, CheckpointSlot, OptimSlot, SlotError
 from interlock.core.state import TrainerState
 
-__all__ = ["Run", "RunPlan", "Step"]
+__all__ = ["Run", "RunPlan", "StageDef", "Step", "stage_def"]
 
-STAGE_DATA = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("predict",)}
+
+@attrs.frozen
+class StageDef:
+    """What a stage is, from its state's ``with:`` in the chart (``fit: {loaders: [train, val], ...}``).
+
+    ``loaders``: the loader keys it reads, the first one required; ``requires``: the module methods it
+    calls; ``loader_steps``: the method a given optional loader needs (``{val: validation_step}``).
+    """
+
+    loaders: tuple[str, ...]
+    requires: tuple[str, ...] = ()
+    loader_steps: Mapping[str, str] = attrs.field(factory=dict)
+
+
+def stage_def(chart: Chart, stage: str) -> StageDef:
+    """The definition of ``stage`` in ``chart``; ``ValueError`` naming what is missing or malformed."""
+    spec = chart.states.get(stage)
+    if spec is None:
+        raise ValueError(f"chart {chart.source} has no state {stage!r}, so it cannot run Trainer.{stage}()")
+    params = spec.params
+    loaders, requires, steps = params.get("loaders"), params.get("requires", ()), params.get("loader_steps", {})
+    if not isinstance(loaders, list | tuple):
+        loaders = ()
+    good = (
+        bool(loaders)
+        and all(isinstance(x, str) for x in (*loaders, *requires))
+        and isinstance(steps, Mapping)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in steps.items())
+    )
+    if not good:
+        raise ValueError(
+            f"chart {chart.source}: state {stage!r} must define the stage in its with:, e.g. "
+            "`with: {loaders: [train, val], requires: [training_step], loader_steps: {val: validation_step}}` "
+            f"(loaders: a non-empty list of names); it has {dict(params)}"
+        )
+    return StageDef(tuple(loaders), tuple(requires), dict(steps))
 
 
 @attrs.frozen

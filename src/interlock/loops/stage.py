@@ -13,13 +13,12 @@ from typing import Any
 from interlock.core.errors import Preempted
 from interlock.core.module import Module
 from interlock.core.registry import Action, Guard, Registry
-from interlock.core.run import Run
+from interlock.core.run import Run, StageDef, stage_def
 from interlock.core.updates import SetStatus
 
 __all__ = ["UNCALLED", "check_module", "register", "require"]
 
 #: The module methods each stage calls (``validation_step`` only when there is validation data).
-REQUIRED = {"fit": ("training_step", "configure_optimizers"), "validate": ("validation_step",), "test": ("test_step",)}
 
 
 #: Lightning module methods interlock does not call, and what to write instead: defining one is an error at set-up.
@@ -54,11 +53,13 @@ def check_module(module: Any) -> None:
             raise TypeError(f"{type(module).__name__}.{name}() is never called by interlock: {instead}")
 
 
-def require(module: Any, stage: str, has_val: bool) -> None:
-    """Raise before anything runs when the module lacks a method the stage needs."""
-    names = list(REQUIRED.get(stage, ()))
-    if stage == "fit" and has_val:
-        names.append("validation_step")
+def require(module: Any, stage: str, definition: StageDef, given: Mapping[str, Any]) -> None:
+    """Raise before anything runs when the module lacks a method the stage needs (the chart's ``requires``).
+
+    A method a given optional loader needs (``loader_steps``: ``{val: validation_step}``) is required too.
+    """
+    names = list(definition.requires)
+    names += [step for key, step in definition.loader_steps.items() if given.get(key) is not None]
     for name in names:
         fn = getattr(type(module), name, None)
         if fn is None:
@@ -98,7 +99,8 @@ def register(reg: Registry) -> None:
 
         def act() -> None:
             check_module(run.module)
-            require(run.module, run.stage, run.plan.loaders.get("val") is not None)
+            assert run.chart is not None
+            require(run.module, run.stage, stage_def(run.chart, run.stage), run.plan.loaders)
 
         return act
 

@@ -18,9 +18,10 @@ from interlock.connectors.data import Feed, loader_count, split_loaders
 from interlock.connectors.hardware import Hardware
 from interlock.connectors.rundir import release_run_dir
 from interlock.connectors.signals import PreemptionFlag, Signals
+from interlock.core.chart import Chart
 from interlock.core.config import TrainerConfig
 from interlock.core.datamodule import provides
-from interlock.core.run import STAGE_DATA, Run, RunPlan
+from interlock.core.run import Run, RunPlan, stage_def
 from interlock.core.slots import CallbacksSlot, CheckpointSlot, EvalSlot, RngSlot, ScheduleSlot
 from interlock.core.state import TrainerState
 from interlock.plugins.checkpoint_io import TorchCheckpointIO
@@ -30,9 +31,9 @@ from interlock.trainer.runtime import Runtime
 __all__ = ["Session", "preemption_signals"]
 
 
-def module_gives_loaders(module: Any, stage: str, loaders: Mapping[str, Any]) -> bool:
+def module_gives_loaders(module: Any, chart: Chart, stage: str, loaders: Mapping[str, Any]) -> bool:
     """The module's own ``*_dataloader()`` makes a loader of ``stage`` that was not passed (Lightning's fallback)."""
-    return any(loaders.get(key) is None and provides(module, key) for key in STAGE_DATA[stage])
+    return any(loaders.get(key) is None and provides(module, key) for key in stage_def(chart, stage).loaders)
 
 
 def preemption_signals(environ: Mapping[str, str] | None = None) -> tuple[int, ...]:
@@ -83,7 +84,7 @@ class Session:
             seed=self.seed if stage == "fit" else None,
             ckpt_path=ckpt_path,
             datamodule=datamodule,
-            module_loaders=datamodule is None and module_gives_loaders(module, stage, loaders),
+            module_loaders=datamodule is None and module_gives_loaders(module, self.runtime.chart, stage, loaders),
         )
         feeds = {
             name: Feed(loader) for key, given in loaders.items() for name, loader in split_loaders(key, given).items()
@@ -116,7 +117,7 @@ class Session:
 
     def evaluate(self, stage: str, module: Any, loader: Any, ckpt_path: Any, datamodule: Any = None) -> Any:
         """Predictions (one list per loader when there are several), or one dict of metrics per loader."""
-        key = {"validate": "val", "test": "test", "predict": "predict"}[stage]
+        key = stage_def(self.runtime.chart, stage).loaders[0]
         run = self.run(stage, module, {key: loader}, ckpt_path, datamodule)
         if stage == "predict":
             return run.predictions

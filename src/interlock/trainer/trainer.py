@@ -15,10 +15,11 @@ from interlock.connectors.rundir import next_run_dir
 from interlock.core.chart import Chart, load_chart
 from interlock.core.config import TrainerConfig
 from interlock.core.datamodule import LOADER_METHODS, check_datamodule, is_datamodule, provides
+from interlock.core.errors import ChartError
 from interlock.core.events import EventBus, Handler, Listener, Observer, order_listeners
 from interlock.core.extension import Extension
 from interlock.core.module import Module, overrides
-from interlock.core.run import Run
+from interlock.core.run import Run, stage_def
 from interlock.core.state import TrainerState
 from interlock.listeners._tracking import LoggerListener
 from interlock.listeners.checkpoint import ModelCheckpoint
@@ -168,6 +169,12 @@ class Trainer:
         self.seed = seed
         self.root = Path(default_root_dir or os.getcwd())
         self.statechart: Chart = load_chart(chart)
+        for stage in ("fit", "validate", "test", "predict"):  # each stage's definition is in its state's with:
+            if stage in self.statechart.states:
+                try:
+                    stage_def(self.statechart, stage)
+                except ValueError as exc:
+                    raise ChartError(str(self.statechart.source), [str(exc)]) from None
         self.registry = default_registry()
         if isinstance(extensions, Extension) or not isinstance(extensions, Sequence):
             raise TypeError(f"Trainer(extensions={extensions!r}): pass a list of interlock.Extension objects")
