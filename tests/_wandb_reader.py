@@ -3,13 +3,15 @@
 wandb 0.31 writes no ``wandb-summary.json`` offline; the ``.wandb`` file is a log of protobuf
 ``Record`` messages in 32 KiB blocks (7-byte file header ``:W&B`` + magic + version, then records of
 a 7-byte header: crc32c, length, kind 1 full / 2 first / 3 middle / 4 last). The messages are
-parsed with wandb's own protobuf classes.
+parsed with wandb's own protobuf classes. ``run.finish()`` returns before W&B's service process has
+written the last records, so :func:`read_run` waits (bounded) for the run's ``exit`` record.
 """
 
 from __future__ import annotations
 
 import json
 import struct
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,8 @@ def records(path: Path) -> Iterator[Any]:
         if kind == 0 and n == 0:
             pos += left
             continue
+        if pos + _HEADER + n > len(data):
+            return  # a record still being written
         chunk = data[pos + _HEADER : pos + _HEADER + n]
         pos += _HEADER + n
         buf = chunk if kind in (1, 2) else buf + chunk
@@ -44,22 +48,37 @@ def records(path: Path) -> Iterator[Any]:
             buf = b""
 
 
-def _key(item: Any) -> str:
-    return item.key or "/".join(item.nested_key)
+def _put(into: dict[str, Any], item: Any) -> None:
+    """Set ``item``'s value at its key; a nested key (``["samples", "width"]``) fills nested dicts."""
+    path = [item.key] if item.key else list(item.nested_key)
+    for name in path[:-1]:
+        into = into.setdefault(name, {})
+    into[path[-1]] = json.loads(item.value_json)
 
 
-def read_run(folder: Path) -> dict[str, Any]:
-    """``{"id", "config", "summary", "history"}`` of the offline run in ``folder`` (``offline-run-*``)."""
+def read_run(folder: Path, timeout: float = 60.0) -> dict[str, Any]:
+    """``{"id", "config", "summary", "history"}`` of the finished offline run in ``folder`` (``offline-run-*``).
+
+    Waits up to ``timeout`` seconds for the file to hold the run's ``exit`` record (all of it written).
+    """
     (path,) = folder.glob("run-*.wandb")
+    deadline = time.monotonic() + timeout
+    while not any(r.WhichOneof("record_type") == "exit" for r in records(path)):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} has no exit record after {timeout} s: the run did not finish")
+        time.sleep(0.1)
     out: dict[str, Any] = {"id": path.stem.removeprefix("run-"), "config": {}, "summary": {}, "history": []}
     for record in records(path):
         kind = record.WhichOneof("record_type")
         if kind == "config":
             for item in record.config.update:
-                out["config"][_key(item)] = json.loads(item.value_json)
+                _put(out["config"], item)
         elif kind == "summary":
             for item in record.summary.update:
-                out["summary"][_key(item)] = json.loads(item.value_json)
+                _put(out["summary"], item)
         elif kind == "history":
-            out["history"].append({_key(i): json.loads(i.value_json) for i in record.history.item})
+            row: dict[str, Any] = {}
+            for item in record.history.item:
+                _put(row, item)
+            out["history"].append(row)
     return out

@@ -286,3 +286,20 @@ def test_wandb_resumed_fit_continues_the_same_run(tmp_path: Path) -> None:
     summary = read_run(runs[-1])["summary"]
     assert {read_run(r)["id"] for r in runs} == {first_id}
     assert summary["a_epoch"] == pytest.approx(theirs["a_epoch"][-1][1], rel=1e-5)
+
+
+def test_the_gan_logs_its_sample_grid_to_wandb_through_logger_experiment(tmp_path: Path) -> None:
+    """With a WandbLogger the GAN's epoch-end grid is a wandb.Image in the run's history, one per epoch."""
+    pytest.importorskip("wandb")
+    from conftest import only
+    from interlock.examples.gan import GAN, ring_data
+
+    torch.manual_seed(0)
+    logger = WandbLogger(save_dir=str(tmp_path), offline=True, project="p")
+    trainer = interlock.Trainer(max_epochs=2, seed=3, **only(logger), default_root_dir=tmp_path)
+    trainer.fit(GAN(), ring_data(64, batch_size=16))
+    (folder,) = _wandb_runs(tmp_path)
+    images = [row for row in read_run(folder)["history"] if "samples" in row]
+    assert [row["trainer/global_step"] for row in images] == [8, 16]
+    assert all(row["samples"]["_type"] == "image-file" for row in images)
+    assert images[-1]["samples"]["width"] == images[-1]["samples"]["height"] == 64
