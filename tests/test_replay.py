@@ -427,3 +427,34 @@ def test_compact_trace_numbers_transitions_as_the_full_trace_lists_them(tmp_path
         assert (a.number, a.event, a.trigger, a.source, a.count) == (b.number, b.event, b.trigger, b.source, b.count)
         for x, y in ((a.epoch, b.epoch), (a.global_step, b.global_step), (a.batch_idx, b.batch_idx)):
             assert x is None or x == y
+
+
+def test_a_resumed_run_replays_in_each_of_its_processes(tmp_path: Path) -> None:
+    """A run that failed, then resumed in its directory: each process's transitions replay from its own checkpoints."""
+    keep = {"listeners": [ModelCheckpoint(save_top_k=-1, save_last=True)]}
+    trainer = interlock.Trainer(**{**FLAGS, "max_epochs": 4}, default_root_dir=tmp_path, **keep)
+    with pytest.raises(RuntimeError):
+        trainer.fit(fresh(), *data())
+    run_dir = trainer.run_dir
+    failed_at = json.loads((run_dir / "failure.json").read_text())["transition"]
+    resumed = interlock.Trainer(**{**FLAGS, "max_epochs": 4}, default_root_dir=tmp_path, **keep)
+    resumed.fit(fresh(fail=False), *data(), ckpt_path=run_dir / "checkpoints" / "last.ckpt")
+    steps = read_transitions(run_dir, "idle")
+    assert steps[-1].process == 1 and steps[failed_at].trigger == "fail"
+    with interlock.replay(run_dir, fresh(), *data(), to=failed_at) as first:  # the first process, to its failure
+        assert first.error is not None and first.state.epoch == 2
+    later = next(s.number for s in steps if s.process == 1 and s.event == "fit.train.batch.end" and s.epoch == 3)
+    with interlock.replay(run_dir, fresh(fail=False), *data(), to=later) as second:  # the resumed process
+        assert second.error is None and second.number == later and second.state.epoch == 3
+        assert second.checkpoint is not None and second.started_at is not None and second.started_at >= 8
+
+
+def test_a_transition_of_another_stage_is_refused_naming_it(tmp_path: Path) -> None:
+    """A replay re-executes a fit: a target in a later validate stage of the run is refused, saying so."""
+    trainer = interlock.Trainer(**{**FLAGS, "max_epochs": 1}, default_root_dir=tmp_path)
+    trainer.fit(fresh(fail=False), *data())
+    trainer.validate(dataloaders=loader(32))
+    steps = read_transitions(trainer.run_dir, "idle")
+    target = next(s.number for s in steps if s.event.startswith("validate."))
+    with pytest.raises(ValueError, match=rf"transition {target} is in the validate stage"):
+        interlock.replay(trainer.run_dir, fresh(), *data(), to=target)

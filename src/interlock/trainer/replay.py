@@ -255,6 +255,11 @@ def _target(steps: list[Step], to: int | None) -> int:
             f"replay(to={to!r}) is not a transition of this run: pass a number from 1 to {len(steps)} (the "
             "numbering of `interlock chart --trace` and the view's timeline), or None for the last"
         )
+    stage = steps[to - 1].event.split(".")[0]
+    if stage in ("validate", "test", "predict"):
+        fits = [s.number for s in steps[:to] if s.event.startswith("fit.")]
+        last = f"; the last fit transition before it is {fits[-1]}" if fits else ""
+        raise ValueError(f"transition {to} is in the {stage} stage: a replay re-executes a fit{last}")
     return to
 
 
