@@ -99,10 +99,10 @@ class _ReplayRuntime(Runtime):
 
     def _diverge(self, number: int, want: Step | None, got: str, guard: str | None) -> None:
         expected = "the end of the recorded run" if want is None else want.describe()
-        why = f"guard {want and self.chart.guard_of(want.source, want.trigger)}" if want else ""
+        decided = self.chart.guard_of(want.source, want.trigger) if want is not None else None
         self.divergence = ReplayDivergence(
             f"the replay diverged from the recorded run at transition {number}: expected {expected}"
-            + (f" ({why})" if why and "None" not in why else "")
+            + (f" (guard {decided})" if decided else "")
             + f"; got {got}"
             + (f" (guard {guard})" if guard else "")
             + ". The module, the data or the trainer differ from the run's (weights, data order or length, "
