@@ -303,3 +303,22 @@ def test_the_gan_logs_its_sample_grid_to_wandb_through_logger_experiment(tmp_pat
     assert [row["trainer/global_step"] for row in images] == [8, 16]
     assert all(row["samples"]["_type"] == "image-file" for row in images)
     assert images[-1]["samples"]["width"] == images[-1]["samples"]["height"] == 64
+
+
+def test_a_wandb_that_cannot_start_warns_once_and_the_fit_finishes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """wandb.init raising (the service gone) costs one warning per stage: the fit finishes with its checkpoints."""
+    wandb = pytest.importorskip("wandb")
+
+    def gone(**kwargs: Any) -> None:
+        raise ConnectionError("wandb service gone")
+
+    monkeypatch.setattr(wandb, "init", gone)
+    logger = WandbLogger(save_dir=str(tmp_path), offline=True, project="p")
+    with pytest.warns(RuntimeWarning) as caught:
+        trainer = fit(tmp_path, logger, module=Quiet(), callbacks=[ModelCheckpoint(save_last=True)])
+    ours = [w for w in caught if "WandbLogger could not" in str(w.message)]
+    assert len(ours) == 1 and "wandb service gone" in str(ours[0].message)
+    assert trainer.state.status == "finished"
+    assert (Path(trainer.state.run_dir) / "checkpoints" / "last.ckpt").is_file()
