@@ -25,6 +25,7 @@ from interlock.core.datamodule import LOADER_METHODS, provides
 from interlock.core.module import Module, overrides
 from interlock.core.registry import Action, Guard, Registry
 from interlock.core.run import Run, stage_def
+from interlock.core.slots import DataSlot, DeviceSlot, DistSlot, Fill
 from interlock.core.state import TrainerState, thaw
 from interlock.core.updates import SetDataPosition, Update
 
@@ -532,11 +533,11 @@ def register(reg: Registry) -> None:
 
         return act
 
-    @reg.action("data.setup")
+    @reg.action("data.setup", writes=("data",))
     def setup(run: Run, params: Mapping[str, Any]) -> Action:
-        """Make every loader resumable and sharded across ranks; count the batches each loop takes."""
+        """Make every loader resumable and sharded across ranks; count the batches each loop takes (fills ``data``)."""
 
-        def act() -> None:
+        def act() -> Fill:
             dist, cfg = run.dist, run.config
             for key, feed in run.feeds.items():
                 loop = key.split("#")[0]
@@ -548,6 +549,7 @@ def register(reg: Registry) -> None:
             train = run.feeds.get("train")
             if run.stage == "fit" and train is not None:
                 check_training_data(train, cfg)
+            return Fill(DataSlot(run.feeds))
 
         return act
 
@@ -592,19 +594,16 @@ def register(reg: Registry) -> None:
 
         return act
 
-    @reg.action("data.fetch")
+    @reg.action("data.fetch", reads=("data", "device", "dist"))
     def fetch(run: Run, params: Mapping[str, Any]) -> Action:
         """Take the next training batch (moved to the device); note when the epoch's data ran out."""
         step, counters = run.step, run.counters
-        if "train" not in run.feeds and not run.plan.loads_later:  # a stage without training data
+        feed = run.slot(DataSlot).feeds.get("train")
+        if feed is None:  # a stage without training data
             return _no_training_data
-        prepare: Any = False
-        feed: Any = None
+        prepare, dist = run.slot(DeviceSlot).prepare_batch, run.slot(DistSlot).dist
 
         def act() -> Update | None:
-            nonlocal prepare, feed
-            if prepare is False:  # bound before setup chose it: read once, on the first batch
-                prepare, feed = run.prepare_batch, run.feeds["train"]
             try:
                 batch = next(feed.it)
             except StopIteration:
@@ -621,7 +620,7 @@ def register(reg: Registry) -> None:
             if step.logged:
                 step.logged.clear()  # the loggers' step values are the batch's own
             if counters.batch_idx == 0:  # the epoch's order is known now; the layout turns batches into samples
-                world = run.dist.world_size if run.dist is not None else 1
+                world = dist.world_size if dist is not None else 1
                 batch_size = getattr(feed.loader, "batch_size", None)
                 position = {
                     "seed": feed.data.seed,

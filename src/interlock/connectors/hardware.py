@@ -15,6 +15,7 @@ from interlock.connectors.optim import accumulation
 from interlock.core.module import Module, overrides
 from interlock.core.registry import Action, Registry
 from interlock.core.run import Run
+from interlock.core.slots import DeviceSlot, DistSlot, Fill
 from interlock.core.updates import SetRunInfo
 from interlock.plugins.ddp import DDPSpawnStrategy, DDPStrategy
 from interlock.plugins.environments import ClusterEnvironment, LocalEnvironment, detect_environment
@@ -156,24 +157,26 @@ def _with_hooks(
 def register(reg: Registry) -> None:
     """The plugins' actions, dispatched by the chart: ``accelerator.*``, ``strategy.*``, ``precision.*``."""
 
-    @reg.action("accelerator.setup")
+    @reg.action("accelerator.setup", writes=("device",))
     def accelerator_setup(run: Run, params: Mapping[str, Any]) -> Action:
-        """Select this process's device; batches are moved to it when it is not the CPU."""
+        """Select this process's device; batches are moved to it when it is not the CPU (fills ``device``)."""
 
-        def act() -> None:
+        def act() -> Fill:
             hw: Hardware = run.hardware
-            run.device = device = hw.device
+            device = hw.device
             hw.accelerator.setup_device(device)
             move = None if device.type == "cpu" else (lambda batch: hw.accelerator.move_to_device(batch, device))
             convert = hw.precision.input_converter()
             custom = transfer_hooks(run.module, run.plan.datamodule)
+            prepare: Callable[..., Any] | None
             if custom is not None:  # Lightning's batch hooks: before transfer -> transfer -> after transfer
-                run.prepare_batch = _with_hooks(custom, device, convert)
+                prepare = _with_hooks(custom, device, convert)
             elif move is not None and convert is not None:
-                run.prepare_batch = lambda batch, dataloader_idx=0: convert(move(batch))
+                prepare = lambda batch, dataloader_idx=0: convert(move(batch))  # noqa: E731
             else:
                 plain = move or convert
-                run.prepare_batch = None if plain is None else (lambda batch, dataloader_idx=0: plain(batch))
+                prepare = None if plain is None else (lambda batch, dataloader_idx=0: plain(batch))
+            return Fill(DeviceSlot(device, prepare))
 
         return act
 
@@ -197,17 +200,16 @@ def register(reg: Registry) -> None:
 
         return act
 
-    @reg.action("strategy.setup_module")
+    @reg.action("strategy.setup_module", writes=("dist",))
     def setup_module(run: Run, params: Mapping[str, Any]) -> Action:
-        """Wrap the module as the strategy needs (DDP, FSDP); say once which hardware runs the stage."""
+        """Wrap the module as the strategy needs (DDP, FSDP), filling ``dist``; say which hardware runs the stage."""
 
-        def act() -> None:
+        def act() -> Fill:
             hw: Hardware = run.hardware
-            run.dist = dist = hw.strategy.setup_module(run.module, run.device)
-            run.steps.clear()
-            run.steps.update(dist.steps)
+            dist = hw.strategy.setup_module(run.module, run.device)
             if run.stage == "fit" and hw.strategy.is_global_zero:
                 print(hw.describe(), file=sys.stderr)
+            return Fill(DistSlot(dist, dict(dist.steps)))
 
         return act
 
@@ -222,14 +224,14 @@ def register(reg: Registry) -> None:
         every = run.config.accumulate_grad_batches if scheduled is None else scheduled
         return run.hardware.precision.backward_action(run.step, every, own)  # type: ignore[no-any-return]
 
-    @reg.action("strategy.teardown")
+    @reg.action("strategy.teardown", writes=("dist",))
     def strategy_teardown(run: Run, params: Mapping[str, Any]) -> Action:
         """Release the strategy's wrappers now, not at interpreter exit (the process group stays for the next stage)."""
 
-        def act() -> None:
+        def act() -> Fill:
             run.steps.clear()  # the DDP/FSDP wrapper and its reducer die here, while the process group is alive
-            run.dist = None
             run.hardware.strategy.teardown()
+            return Fill(DistSlot())
 
         return act
 

@@ -18,7 +18,7 @@ import torch
 from interlock.core.chart import Chart
 from interlock.core.config import TrainerConfig
 from interlock.core.progress import Counters
-from interlock.core.slots import CallbacksSlot, CheckpointSlot, OptimSlot, SlotError
+from interlock.core.slots import CallbacksSlot, CheckpointSlot, DeviceSlot, DistSlot, OptimSlot, SlotError
 from interlock.core.state import TrainerState
 
 __all__ = ["Run", "RunPlan", "StageDef", "Step", "stage_def"]
@@ -128,14 +128,7 @@ class Run:
     counters: Counters = attrs.field(factory=Counters)
     state_ref: Callable[[], TrainerState] = _no_state
     facts_ref: Callable[[], TrainerState] = _no_state
-    device: torch.device = attrs.field(factory=lambda: torch.device("cpu"))
-    dist: Any = None
     feeds: dict[str, Any] = attrs.field(factory=dict)
-    #: the strategy's step callables (``training_step`` through DDP, ...); the module's own when absent
-    steps: dict[str, Callable[..., Any]] = attrs.field(factory=dict)
-    #: device move and precision input cast of a fetched batch (``None``: batches are used as they come)
-    #: (``prepare_batch(batch, dataloader_idx)``; the module's batch-transfer hooks run here when it has them)
-    prepare_batch: Callable[..., Any] | None = None
     step: Step = attrs.field(factory=Step)
     signals: Any = None
     predictions: list[Any] = attrs.field(factory=list)
@@ -160,6 +153,30 @@ class Run:
                 f"slot {kind.__name__} is not filled in this stage (filled: {have}); an action that declares "
                 f"writes=(its name,) fills it by returning Fill({kind.__name__}(...))"
             ) from None
+
+    @property
+    def device(self) -> torch.device:
+        """The device of this process (the ``device`` slot; the CPU before ``accelerator.setup``)."""
+        slot = self.slots.get(DeviceSlot)
+        return torch.device("cpu") if slot is None else slot.device
+
+    @property
+    def prepare_batch(self) -> Callable[..., Any] | None:
+        """Device move and input cast of a fetched batch (the ``device`` slot; ``None``: used as they come)."""
+        slot = self.slots.get(DeviceSlot)
+        return None if slot is None else slot.prepare_batch
+
+    @property
+    def dist(self) -> Any:
+        """What the strategy set up (the ``dist`` slot; ``None`` before ``strategy.setup_module``, after teardown)."""
+        slot = self.slots.get(DistSlot)
+        return None if slot is None else slot.dist
+
+    @property
+    def steps(self) -> dict[str, Callable[..., Any]]:
+        """The step callables through the strategy's wrapper (the ``dist`` slot); the module's own when absent."""
+        slot = self.slots.get(DistSlot)
+        return {} if slot is None else slot.steps
 
     @property
     def optimizers(self) -> list[torch.optim.Optimizer]:

@@ -33,6 +33,9 @@ __all__ = [
     "BUILTIN_SLOTS",
     "CallbacksSlot",
     "CheckpointSlot",
+    "DataSlot",
+    "DeviceSlot",
+    "DistSlot",
     "EvalSlot",
     "Fill",
     "OptimSlot",
@@ -137,12 +140,47 @@ class ScheduleSlot:
     val: Any = None
 
 
+@attrs.define(slots=True, eq=False)
+class DeviceSlot:
+    """The device of this process and how a fetched batch gets onto it (owner: ``accelerator``).
+
+    ``prepare_batch(batch, dataloader_idx)`` moves and casts a batch (the module's batch-transfer
+    hooks included); ``None``: batches are used as they come.
+    """
+
+    device: torch.device = attrs.field(factory=lambda: torch.device("cpu"))
+    prepare_batch: Callable[..., Any] | None = None
+
+
+@attrs.define(slots=True, eq=False)
+class DistSlot:
+    """What the strategy set up for the stage (owner: ``strategy``).
+
+    ``dist``: metric reduction, stop agreement, world size and rank (``None`` before set-up and
+    after teardown); ``steps``: the step callables through the strategy's wrapper
+    (``training_step`` through DDP, ...), the module's own when absent.
+    """
+
+    dist: Any = None
+    steps: dict[str, Callable[..., Any]] = attrs.field(factory=dict)
+
+
+@attrs.define(slots=True, eq=False)
+class DataSlot:
+    """The stage's data feeds once set-up has made and prepared them (owner: ``data``): one per loader key."""
+
+    feeds: dict[str, Any] = attrs.field(factory=dict)
+
+
 #: The built-in slot types: name -> (class, owner module).
 BUILTIN_SLOTS: dict[str, tuple[type, str]] = {
     "optim": (OptimSlot, "interlock.connectors.optim"),
     "checkpoint": (CheckpointSlot, "interlock.connectors.checkpoint"),
     "callbacks": (CallbacksSlot, "interlock.connectors.callbacks"),
     "eval": (EvalSlot, "interlock.loops.evaluation"),
+    "device": (DeviceSlot, "interlock.connectors.hardware"),
+    "dist": (DistSlot, "interlock.connectors.hardware"),
+    "data": (DataSlot, "interlock.connectors.data"),
     "rng": (RngSlot, "interlock.connectors.rng"),
     "schedule": (ScheduleSlot, "interlock.loops.schedule"),
 }

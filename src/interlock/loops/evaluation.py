@@ -33,7 +33,7 @@ from interlock.core.logging import AddLogged, take
 from interlock.core.module import takes_batch_idx
 from interlock.core.registry import Action, Guard, Registry
 from interlock.core.run import Run
-from interlock.core.slots import EvalSlot
+from interlock.core.slots import DeviceSlot, DistSlot, EvalSlot
 from interlock.core.updates import AddEvalSums, AppendHistory, LogMetrics, Update
 
 __all__ = ["means", "register"]
@@ -174,11 +174,12 @@ def register(reg: Registry) -> None:
         """Start the loop's metric sums (and what the module logs in it) from zero."""
         return lambda: [AddEvalSums(None), AddLogged(clear="eval")]
 
-    @reg.action("eval.fetch")
+    @reg.action("eval.fetch", reads=("device",))
     def fetch(run: Run, params: Mapping[str, Any]) -> Action:
         """Take the loop's next batch (moved to the device)."""
         key, _ = _params(params, "eval.fetch")
         step, counters = run.step, run.counters
+        prepare = run.slot(DeviceSlot).prepare_batch
 
         def act() -> None:
             feed = _current(run, key)
@@ -187,7 +188,6 @@ def register(reg: Registry) -> None:
             except StopIteration:
                 step.fetched, feed.exhausted = False, True
                 return
-            prepare = run.prepare_batch
             step.batch = batch if prepare is None else prepare(batch, counters.eval_loader)
             step.index, step.fetched = counters.eval_batch_idx, True
 
@@ -199,7 +199,7 @@ def register(reg: Registry) -> None:
         step = run.step
         return lambda: step.fetched
 
-    @reg.action("eval.step")
+    @reg.action("eval.step", reads=("device", "dist"))
     def step_(run: Run, params: Mapping[str, Any]) -> Action:
         """Run the loop's step without gradients; add its scalars to the sums (or keep the prediction)."""
         key, name = _params(params, "eval.step")
@@ -210,6 +210,7 @@ def register(reg: Registry) -> None:
         count = 0
         own = getattr(type(run.module), name, None)
         with_idx = own is None or takes_batch_idx(getattr(run.module, name))
+        steps, device = run.slot(DistSlot).steps, run.slot(DeviceSlot).device.type
 
         def infer() -> int:
             return batch_size(step.batch)
@@ -220,8 +221,8 @@ def register(reg: Registry) -> None:
                 count = loader_count(run.feeds, key)
                 if count > 1:
                     _check_takes_index(run.module, name, count)
-            fn = run.steps.get(name) or getattr(run.module, name)
-            call = run.hardware.precision.forward(fn, run.device.type)
+            fn = steps.get(name) or getattr(run.module, name)
+            call = run.hardware.precision.forward(fn, device)
             extra = (counters.eval_loader,) if count > 1 else ()  # Lightning: only with several loaders
             with torch.no_grad():
                 if with_idx:

@@ -18,6 +18,7 @@ from interlock.core.logging import take
 from interlock.core.module import takes_batch_idx
 from interlock.core.registry import Action, Registry
 from interlock.core.run import Run
+from interlock.core.slots import DataSlot, DeviceSlot, DistSlot
 
 __all__ = ["learning_rates", "register"]
 
@@ -39,12 +40,12 @@ def register(reg: Registry) -> None:
         """Put the module in training mode."""
         return lambda: run.module.train() and None
 
-    @reg.action("module.training_step")
+    @reg.action("module.training_step", reads=("data", "device", "dist"))
     def training_step(run: Run, params: Mapping[str, Any]) -> Action:
         """Run ``training_step(batch, batch_idx)`` (through the strategy's wrapper and the precision's autocast)."""
-        step, steps, precision = run.step, run.steps, run.hardware.precision
+        step, steps, precision = run.step, run.slot(DistSlot).steps, run.hardware.precision
         wrap = None if precision.is_plain else precision.forward
-        feed: Any = None
+        feed, device = run.slot(DataSlot).feeds.get("train"), run.slot(DeviceSlot).device.type
         mdict = run.module.__dict__  # what the module logs is buffered here (self.log)
         manual = getattr(run.module, "automatic_optimization", True) is False
         with_idx = takes_batch_idx(getattr(run.module, "training_step"))  # noqa: B009  # training_step(self, batch) gets the batch alone
@@ -53,15 +54,14 @@ def register(reg: Registry) -> None:
             return batch_size(step.batch)
 
         def act() -> list[Any] | None:
-            nonlocal feed
-            if feed is None:  # the data exists once setup ran
-                feed = run.feeds["train"]
             # the strategy's wrapper is looked up each time, never kept: teardown must be able to free it
             fn: Any = steps.get("training_step") or run.module.training_step
             if wrap is not None:
-                fn = wrap(fn, run.device.type)
+                fn = wrap(fn, device)
             outputs = fn(step.batch, step.index) if with_idx else fn(step.batch)
-            step.outputs = feed.last_outputs = outputs
+            step.outputs = outputs
+            if feed is not None:
+                feed.last_outputs = outputs
             step.loss = loss_of(outputs) if not manual else None
             logs = mdict.get("_interlock_logs")
             return take(logs, "training_step", "train", infer, step.logged) if logs else None
