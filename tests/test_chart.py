@@ -11,6 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from interlock import ChartError, IllegalTransition, load_chart
+from interlock.core.config import TrainerConfig
+from interlock.core.state import Progress, TrainerState
+from interlock.core.step import Count, Facts, compile_nodes, step
 from interlock.loops import default_registry
 
 CHART = load_chart()
@@ -73,18 +76,20 @@ def test_every_decision_has_a_default_and_every_state_can_finish() -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(st.sampled_from(sorted(CHART.leaf_specs)), st.lists(st.booleans(), min_size=8, max_size=8))
-def test_choose_takes_the_first_transition_whose_guard_holds(leaf: str, outcomes: list[bool]) -> None:
-    """`Chart.choose` is pure: for any guard outcomes it picks the first holding guard, else the default."""
+def test_step_takes_the_first_transition_whose_guard_holds(leaf: str, outcomes: list[bool]) -> None:
+    """`step` is pure: for any guard outcomes it picks the first holding guard, else the default."""
     spec = CHART.leaf_specs[leaf]
     guards = sorted({t.guard for t in spec.always if t.guard})
     truth = dict(zip(guards, outcomes, strict=False))
-    chosen = CHART.choose(leaf, lambda g: truth[g])
-    assert chosen == CHART.choose(leaf, lambda g: truth[g])
+    nodes = compile_nodes(CHART, lambda name, where: lambda facts: truth[name], lambda ref: ref, Count)
+    facts = Facts(TrainerState(), Progress(), TrainerConfig())
+    decided = step(nodes[leaf], facts)
     if not spec.always:
-        assert chosen is None
+        assert decided is None
         return
+    assert decided is not None
     expected = next(t for t in spec.always if t.guard is None or truth[t.guard])
-    assert chosen == expected and CHART.transition(leaf, chosen.trigger) == chosen.dest
+    assert decided[0].transition == expected and CHART.transition(leaf, expected.trigger) == decided[0].dest.path
 
 
 def test_gradient_accumulation_is_visible_in_the_chart() -> None:
@@ -246,32 +251,6 @@ def _machine(model: object, holds: dict[str, bool]) -> Any:
             m.add_transition(t.trigger, spec.path, t.target, conditions=conditions)
     m.add_model(model, initial=CHART.initial)
     return m
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.integers(min_value=0, max_value=10_000), st.booleans()), min_size=1, max_size=60))
-def test_compiled_chart_agrees_with_transitions_machine(choices: list[tuple[int, bool]]) -> None:
-    """A random walk (random events and guard outcomes) lands in the same state in the chart and in `transitions`."""
-    model = _Model()
-    holds: dict[str, bool] = dict.fromkeys(CHART.guards(), False)
-    _machine(model, holds)
-    at = CHART.initial
-    for choice, outcome in choices:
-        spec = CHART.leaf_specs[at]
-        guards = sorted({t.guard for t in spec.always if t.guard})
-        for i, g in enumerate(guards):
-            holds[g] = bool((choice >> i) & 1) ^ outcome
-        if spec.always:
-            chosen = CHART.choose(at, lambda g: holds[g])
-            assert chosen is not None
-            trigger = chosen.trigger
-        elif spec.on:
-            trigger = sorted(spec.on)[choice % len(spec.on)]
-        else:
-            break
-        at = CHART.transition(at, trigger)
-        assert model.trigger(trigger)  # type: ignore[attr-defined]
-        assert model.state == at  # type: ignore[attr-defined]
 
 
 def test_every_compiled_transition_exists_in_transitions_machine() -> None:

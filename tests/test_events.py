@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import blinker
 import pytest
 import torch
 from hypothesis import given, settings
@@ -377,3 +378,35 @@ def test_payload_copies_are_made_only_when_read(trainer_factory: Any, monkeypatc
         trainer.fit(TinyModule(), loader(32, 16))
         counts.append(len(copies))
     assert counts[0] > 0 and counts[0] == counts[1]  # built once per event, however often it is read
+
+
+def test_blinker_sends_exactly_when_a_receiver_is_connected_to_the_signal(
+    trainer_factory: Any, monkeypatch: Any
+) -> None:
+    """No `Signal.send` while the bus's handlers are a signal's only receiver; a direct receiver sees every transition.
+
+    The documented rule (README, concepts.md): the bus's ordered handlers are called without blinker's
+    `send`; a receiver connected to a leaf's blinker signal gets every transition into it, through `send`.
+    """
+    sends: list[str] = []
+    original = blinker.Signal.send
+
+    def counting(self: blinker.Signal, *args: Any, **kwargs: Any) -> Any:
+        sends.append(str(getattr(self, "name", "")))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(blinker.Signal, "send", counting)
+    handled: list[str] = []
+    trainer = trainer_factory(max_epochs=1)
+    trainer.on("*", lambda event: handled.append(event.name))
+    _fit(trainer)
+    assert handled and sends == []
+
+    trainer = trainer_factory(max_epochs=1)
+    raw: list[str] = []
+    observed: list[str] = []
+    for signal in trainer.bus.signals.values():
+        signal.connect(lambda event, state_ref=None: raw.append(event.name), weak=False)
+    trainer.bus.observe(lambda name, *rest: observed.append(name))
+    _fit(trainer)
+    assert len(raw) > 30 and raw == observed and sends == raw

@@ -152,8 +152,8 @@ def test_bad_extension_arguments_are_refused_clearly() -> None:
     """reads for a name the extension lacks, a guard writing, an unknown slot, a non-list: errors that say so."""
     with pytest.raises(ValueError, match=r"reads/writes name \['x\.missing'\]"):
         Extension("a", actions={"x.act": lambda run: None}, reads={"x.missing": ("optim",)})
-    with pytest.raises(ValueError, match=r"guard 'x\.ok' cannot write slots"):
-        Extension("a", guards={"x.ok": lambda run: True}, writes={"x.ok": ("optim",)})
+    with pytest.raises(ValueError, match=r"guard 'x\.ok' cannot read or write slots"):
+        Extension("a", guards={"x.ok": lambda facts: True}, writes={"x.ok": ("optim",)})
     with pytest.raises(SlotError, match=r"action 'x\.act' \(by extension 'a'\) names slot 'nope'"):
         interlock.Trainer(extensions=[Extension("a", actions={"x.act": lambda r: None}, reads={"x.act": ("nope",)})])
     with pytest.raises(TypeError, match=r"pass a list of interlock\.Extension objects"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import attrs
@@ -21,7 +22,7 @@ from interlock import (
     Stop,
     TrainerState,
 )
-from interlock.core.updates import as_updates, merge, reduce
+from interlock.core.updates import BeginStage, as_updates, merge, reduce
 
 names = st.text(st.characters(codec="utf-8", categories=["L", "N"]), min_size=1, max_size=8)
 floats = st.floats(allow_nan=False, allow_infinity=False, width=64)
@@ -50,6 +51,14 @@ states = st.builds(
     run_dir=st.text(max_size=12),
     global_rank=st.integers(0, 64),
     world_size=st.integers(1, 64),
+    agreed=st.dictionaries(st.sampled_from(["stop", "preempted"]), st.booleans()),
+    limits=st.dictionaries(names, st.none() | counter, max_size=3),
+    manual_optimization=st.booleans(),
+    eval_exhausted=st.booleans(),
+    metric_modes=st.dictionaries(names, st.sampled_from(["min", "max"]), max_size=3),
+    error=st.text(max_size=10),
+    failed_in=st.text(max_size=10),
+    loader_results=st.lists(st.dictionaries(names, floats, max_size=3), max_size=3),
 )
 
 
@@ -175,3 +184,67 @@ def test_as_updates_names_the_handler_on_bad_returns() -> None:
         as_updates([Stop(), 3], "h")
     with pytest.raises(TypeError, match="handler h returned"):
         as_updates({"stop": True}, "h")
+
+
+def test_a_version_1_state_loads_with_the_new_facts_at_their_defaults() -> None:
+    """A checkpoint's state from before version 2 (no agreed/limits/... keys) still loads, with defaults."""
+    new = TrainerState(stage="fit", status="running", progress=Progress(epoch=3, global_step=7))
+    old = {k: v for k, v in new.to_dict().items() if k not in _V2_FIELDS}
+    old["version"] = 1
+    loaded = TrainerState.from_dict(old)
+    assert loaded == new
+    assert loaded.agreed == {} and loaded.limits == {} and loaded.loader_results == ()
+
+
+_V2_FIELDS = (
+    "agreed",
+    "limits",
+    "manual_optimization",
+    "eval_exhausted",
+    "metric_modes",
+    "error",
+    "failed_in",
+    "loader_results",
+)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "phrase"),
+    [
+        ("agreed", {"stop": 1}, "must be a bool"),
+        ("limits", {"train": -1}, "int >= 0 or None"),
+        ("metric_modes", {"acc": "up"}, "'min' or 'max'"),
+        ("loader_results", [{"acc": "x"}], "mappings of numbers"),
+        ("error", 3, "must be a str"),
+    ],
+)
+def test_wrong_kinds_of_new_facts_are_refused_naming_the_field(field: str, value: Any, phrase: str) -> None:
+    """A checkpoint whose new fact fields hold the wrong kind of value fails at load, naming the field."""
+    data = TrainerState().to_dict()
+    data[field] = value
+    with pytest.raises(ValueError, match=f"{field}.*{re.escape(phrase)}"):
+        TrainerState.from_dict(data)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from(["val_loss", "acc", "score"]), floats), max_size=20),
+    st.sampled_from(["min", "max"]),
+)
+def test_the_reducer_keeps_each_metrics_best_value_by_its_mode(rows: list[tuple[str, float]], mode: str) -> None:
+    """`best_metrics` comes from the reducer: min or max of each metric, by `state.metric_modes`, else by its name."""
+    state = TrainerState(metric_modes={"score": mode})
+    for name, value in rows:
+        state = reduce(state, merge([("test", LogMetrics({name: value}))]))
+    for name in {n for n, _ in rows}:
+        values = [v for n, v in rows if n == name]
+        wanted = mode if name == "score" else ("min" if name == "val_loss" else "max")
+        assert state.best_metrics[name] == (min if wanted == "min" else max)(values)
+
+
+def test_a_modules_metric_modes_reach_the_state_at_the_stage_start() -> None:
+    """The module's `metric_modes` are data in the state (`BeginStage`), where the reducer reads them."""
+    state = reduce(TrainerState(), merge([("runtime", BeginStage("fit", {"acc": "min"}))]))
+    state = reduce(state, merge([("a", LogMetrics({"acc": 0.5}))]))
+    state = reduce(state, merge([("a", LogMetrics({"acc": 0.9}))]))
+    assert state.metric_modes == {"acc": "min"} and state.best_metrics == {"acc": 0.5}

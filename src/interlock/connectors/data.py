@@ -27,7 +27,8 @@ from interlock.core.registry import Action, Guard, Registry
 from interlock.core.run import Run, stage_def
 from interlock.core.slots import DataSlot, DeviceSlot, DistSlot, Fill
 from interlock.core.state import TrainerState, thaw
-from interlock.core.updates import SetDataPosition, Update
+from interlock.core.step import Facts
+from interlock.core.updates import SetDataPosition, SetStageFacts, Update
 
 __all__ = [
     "EpochData",
@@ -274,7 +275,8 @@ class Feed:
 
     ``loader`` is what the user passed; :meth:`prepare` makes it resumable and
     sharded (``data.setup``). ``limit`` is how many batches a loop takes (``None``:
-    until exhausted), ``it`` the open iterator, ``exhausted`` whether it ran out.
+    until exhausted; ``state.limits`` has it for the guards), ``it`` the open iterator.
+    Whether it ran out is in the state (``state.data["exhausted"]``, ``state.eval_exhausted``).
     ``last_outputs`` keeps what the latest training step returned: the epoch's
     training metrics come from it (a checkpoint stores its scalars).
     """
@@ -284,7 +286,6 @@ class Feed:
         self.data = EpochData(loader)
         self.limit: int | None = None
         self.it: Iterator[Any] | None = None
-        self.exhausted = False
         self.last_outputs: Any = None
 
     def prepare(
@@ -537,7 +538,7 @@ def register(reg: Registry) -> None:
     def setup(run: Run, params: Mapping[str, Any]) -> Action:
         """Make every loader resumable and sharded across ranks; count the batches each loop takes (fills ``data``)."""
 
-        def act() -> Fill:
+        def act() -> list[Update]:
             dist, cfg = run.dist, run.config
             for key, feed in run.feeds.items():
                 loop = key.split("#")[0]
@@ -549,7 +550,10 @@ def register(reg: Registry) -> None:
             train = run.feeds.get("train")
             if run.stage == "fit" and train is not None:
                 check_training_data(train, cfg)
-            return Fill(DataSlot(run.feeds))
+            return [
+                Fill(DataSlot(run.feeds)),
+                SetStageFacts(limits={key: feed.limit for key, feed in run.feeds.items()}),
+            ]
 
         return act
 
@@ -561,7 +565,7 @@ def register(reg: Registry) -> None:
         def act() -> Update:
             feed = run.feeds["train"]
             feed.data.set_epoch(counters.epoch)
-            feed.it, feed.exhausted, feed.last_outputs = feed.data.iterate(0), False, None
+            feed.it, feed.last_outputs = feed.data.iterate(0), None
             return SetDataPosition({}, replace=True)
 
         return act
@@ -577,9 +581,8 @@ def register(reg: Registry) -> None:
                 return None
             data = run.state.data
             feed.data.set_epoch(counters.epoch)
-            feed.exhausted = bool(data.get("exhausted"))
             feed.last_outputs = data.get("last_train")
-            if feed.exhausted or (feed.limit is not None and counters.batch_idx >= feed.limit):
+            if data.get("exhausted") or (feed.limit is not None and counters.batch_idx >= feed.limit):
                 feed.it = iter(())  # nothing left to read: leave the loader's own state alone
             else:
                 feed.it = feed.data.iterate(
@@ -613,10 +616,9 @@ def register(reg: Registry) -> None:
                         f"{_describe(feed.data.loader)}: fit stops rather than run empty epochs; check that the "
                         "loader (an IterableDataset?) yields batches in every epoch"
                     ) from None
-                step.fetched, feed.exhausted = False, True
                 return SetDataPosition({"exhausted": True})
             step.batch = batch if prepare is None else prepare(batch)
-            step.index, step.fetched = counters.batch_idx, True
+            step.index = counters.batch_idx
             if step.logged:
                 step.logged.clear()  # the loggers' step values are the batch's own
             if counters.batch_idx == 0:  # the epoch's order is known now; the layout turns batches into samples
@@ -637,7 +639,10 @@ def register(reg: Registry) -> None:
         return act
 
     @reg.guard("data.fetched")
-    def fetched(run: Run, params: Mapping[str, Any]) -> Guard:
-        """A batch was fetched (the epoch's data did not run out)."""
-        step = run.step
-        return lambda: step.fetched
+    def fetched(params: Mapping[str, Any]) -> Guard:
+        """A batch was fetched (the epoch's data did not run out: ``state.data`` says so)."""
+
+        def fetched_(facts: Facts) -> bool:
+            return not facts.state.data.get("exhausted", False)
+
+        return fetched_

@@ -16,7 +16,8 @@ from interlock.core.progress import Counters
 from interlock.core.registry import NOOP, Action, Guard, Registry
 from interlock.core.run import Run
 from interlock.core.slots import Fill, OptimSlot, SlotError
-from interlock.core.updates import ReplaceOptimizer, SetLearningRate
+from interlock.core.step import Facts
+from interlock.core.updates import ReplaceOptimizer, SetLearningRate, SetStageFacts, Update
 
 __all__ = [
     "Scheduler", "StepOptimizer", "configure_optimizers", "is_manual", "module_step_action", "register",
@@ -329,7 +330,7 @@ def register(reg: Registry) -> None:
     def configure(run: Run, params: Mapping[str, Any]) -> Action:
         """Build the optimizers and LR schedulers the module's configure_optimizers() returns (fills ``optim``)."""
 
-        def act() -> Fill:
+        def act() -> list[Update]:
             module: Any = run.module
             optimizers, schedulers = configure_optimizers(module.configure_optimizers())
             if is_manual(run):
@@ -348,27 +349,29 @@ def register(reg: Registry) -> None:
                         f"{cfg.gradient_clip_val} do not apply (as in Lightning); leave them at their defaults and "
                         "accumulate or clip in training_step (self.clip_gradients(opt, ...))"
                     )
-            return Fill(OptimSlot(optimizers, list(schedulers)))
+            return [Fill(OptimSlot(optimizers, list(schedulers))), SetStageFacts(manual_optimization=is_manual(run))]
 
         return act
 
     @reg.guard("optim.manual")
-    def manual(run: Run, params: Mapping[str, Any]) -> Guard:
+    def manual(params: Mapping[str, Any]) -> Guard:
         """The module steps its optimizers itself in training_step (``automatic_optimization = False``)."""
-        value = is_manual(run)
-        return lambda: value
+
+        def manual_(facts: Facts) -> bool:
+            return facts.state.manual_optimization
+
+        return manual_
 
     @reg.guard("optim.step_due")
-    def step_due(run: Run, params: Mapping[str, Any]) -> Guard:
-        """The batch closes an accumulation window (accumulate_grad_batches) or the epoch's last batch."""
-        accumulate, step, scheduled = run.config.accumulate_grad_batches, run.step, accumulation(run)
-        if accumulate == 1 and scheduled is None:
-            return lambda: True
+    def step_due(params: Mapping[str, Any]) -> Guard:
+        """The batch closes an accumulation window (accumulate_grad_batches or a scheduled factor), or the epoch."""
 
-        def due() -> bool:
-            limit = run.feeds["train"].limit
-            i = step.index + 1
-            every = accumulate if scheduled is None else scheduled()
+        def due(facts: Facts) -> bool:
+            every = facts.state.accumulate_grad_batches or facts.config.accumulate_grad_batches
+            if every == 1:
+                return True
+            limit = facts.state.limits.get("train")
+            i = facts.progress.batch_idx + 1
             return i % every == 0 or (limit is not None and i >= limit)
 
         return due

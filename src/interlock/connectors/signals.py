@@ -5,10 +5,13 @@ next checkpointable state and ends as interrupted (``Interrupted``, a ``Keyboard
 The handler gives SIGINT back to its previous handler at once, so a second Ctrl-C raises
 ``KeyboardInterrupt`` where the program is, without saving.
 
+Agreement is on the chart, as entry actions placed before the guards that read it:
 ``signals.vote`` at each training batch end agrees, across processes and without
-blocking, on whether to stop or save-and-exit; ``signals.preempted`` (that vote)
-and ``signals.preempted_now`` (a blocking agreement, at validation batches and
-epoch ends) are the guards of the chart's ``preempt`` transitions.
+blocking, on whether to stop or save-and-exit; ``signals.agree_preempted`` (at
+validation batch ends and epoch ends) and ``dist.agree_stop`` (at the end of
+validation and of an epoch) agree with a blocking collective. Each returns what was
+agreed (:class:`~interlock.core.updates.Agree`, into ``state.agreed``); the guards
+``signals.preempted`` and ``limits.*`` only read it.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from typing import Any
 
 from interlock.core.registry import Action, Guard, Registry
 from interlock.core.run import Run
+from interlock.core.step import Facts
+from interlock.core.updates import Agree
 
 __all__ = ["PreemptionFlag", "Signals", "register"]
 
@@ -72,16 +77,19 @@ class PreemptionFlag:
 
 
 class Signals:
-    """The run's preemption flag and what the processes last agreed: stop, preempted."""
+    """The run's preemption flag (what the processes agreed is in ``state.agreed``)."""
 
     def __init__(self, flag: PreemptionFlag) -> None:
         self.flag = flag
-        self.stop = False
-        self.preempted = False
 
     @property
     def signum(self) -> int:
         return self.flag.received if self.flag.received is not None else int(signal.SIGTERM)
+
+
+def _changed(run: Run, fact: str, value: bool) -> Agree | None:
+    """The agreement as an update, or ``None`` when the state already says so (no update per batch)."""
+    return None if run.facts.agreed.get(fact) is value else Agree({fact: value})
 
 
 def register(reg: Registry) -> None:
@@ -108,22 +116,53 @@ def register(reg: Registry) -> None:
         """Give the signals back to their previous handlers."""
         return run.signals.flag.uninstall  # type: ignore[no-any-return]
 
-    @reg.action("signals.vote")
+    @reg.action("signals.vote", agrees=("stop", "preempted"))
     def vote(run: Run, params: Mapping[str, Any]) -> Action:
         """Agree across processes, without blocking, whether to stop or to save and exit."""
-        signals, counters, flag, facts = run.signals, run.counters, run.signals.flag, run.facts_ref
+        counters, flag, facts = run.counters, run.signals.flag, run.facts_ref
 
-        def alone() -> None:  # one process: the flags as they are
-            signals.stop, signals.preempted = facts().should_stop, flag.received is not None
+        def alone() -> Agree | None:  # one process: the flags as they are
+            state = facts()
+            stop, preempted, now = state.should_stop, flag.received is not None, state.agreed
+            if now.get("stop") is stop and now.get("preempted") is preempted:
+                return None  # unchanged: no update on the per-batch path
+            return Agree({"stop": stop, "preempted": preempted})
 
-        def act() -> None:
-            stop, preempted = facts().should_stop, flag.received is not None
+        def act() -> Agree | None:
+            state = facts()
+            stop, preempted = state.should_stop, flag.received is not None
             vote = run.dist.vote if run.dist is not None else None
             if vote is not None:
                 stop, preempted = vote(counters.train_batches, stop, preempted)
-            signals.stop, signals.preempted = stop, preempted
+            stop, preempted, now = bool(stop), bool(preempted), state.agreed
+            if now.get("stop") is stop and now.get("preempted") is preempted:
+                return None
+            return Agree({"stop": stop, "preempted": preempted})
 
         return alone if run.hardware.strategy.world_size == 1 else act
+
+    @reg.action("signals.agree_preempted", agrees=("preempted",))
+    def agree_preempted(run: Run, params: Mapping[str, Any]) -> Action:
+        """Agree across processes (blocking) whether a preemption signal arrived in any of them."""
+        flag = run.signals.flag
+
+        def act() -> Agree | None:
+            received = flag.received is not None
+            agree = run.dist.agree if run.dist is not None else None
+            return _changed(run, "preempted", bool(agree(received)) if agree is not None else received)
+
+        return act
+
+    @reg.action("dist.agree_stop", agrees=("stop",))
+    def agree_stop(run: Run, params: Mapping[str, Any]) -> Action:
+        """Agree across processes (blocking) whether a stop was asked for in any of them."""
+
+        def act() -> Agree | None:
+            asked = run.facts.should_stop
+            agree = run.dist.agree if run.dist is not None else None
+            return _changed(run, "stop", bool(agree(asked)) if agree is not None else asked)
+
+        return act
 
     @reg.action("signals.drain")
     def drain(run: Run, params: Mapping[str, Any]) -> Action:
@@ -136,20 +175,11 @@ def register(reg: Registry) -> None:
 
         return act
 
-    @reg.guard("signals.preempted")
-    def preempted(run: Run, params: Mapping[str, Any]) -> Guard:
-        """The processes agreed (at the latest vote) that a preemption signal arrived."""
-        signals = run.signals
-        return lambda: signals.preempted
+    @reg.guard("signals.preempted", agreed=("preempted",))
+    def preempted(params: Mapping[str, Any]) -> Guard:
+        """The processes agreed that a preemption signal arrived (``signals.vote`` or ``signals.agree_preempted``)."""
 
-    @reg.guard("signals.preempted_now")
-    def preempted_now(run: Run, params: Mapping[str, Any]) -> Guard:
-        """A preemption signal arrived in some process (a blocking agreement)."""
+        def agreed(facts: Facts) -> bool:
+            return bool(facts.state.agreed.get("preempted", False))
 
-        def now() -> bool:
-            received = run.signals.flag.received is not None
-            agree = run.dist.agree if run.dist is not None else None
-            run.signals.preempted = agree(received) if agree is not None else received
-            return run.signals.preempted  # type: ignore[no-any-return]
-
-        return now
+        return agreed

@@ -8,17 +8,17 @@ none: the default), and ``on`` events sent from outside (``setup``, ``fail``,
 (:class:`~interlock.core.registry.Registry`), so a chart parses, validates and
 renders without running anything.
 
-:meth:`Chart.transition` is the pure ``(leaf, trigger) -> leaf`` step and
-:meth:`Chart.choose` the pure ``(leaf, guard outcomes) -> transition`` decision;
-:meth:`Chart.compile_leaf` gives the interpreter each leaf's work and transitions
-with the exit and entry actions of the compound states they cross.
+:meth:`Chart.transition` is the pure ``(leaf, trigger) -> leaf`` table; each leaf's
+compiled work and transitions (with the exit and entry actions of the compound states
+they cross) are what :func:`interlock.core.step.compile_nodes` turns into the tables
+the one decision function, :func:`interlock.core.step.step`, reads.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -494,13 +494,6 @@ class Chart:
             return self.table[state][trigger]
         except KeyError:
             raise IllegalTransition(state, trigger, sorted(self.table.get(state, ()))) from None
-
-    def choose(self, state: str, holds: Callable[[str], bool]) -> Transition | None:
-        """Pure decision: the first ``always`` transition of ``state`` whose guard holds (``None``: it waits)."""
-        for t in self.leaf_specs[state].always:
-            if t.guard is None or holds(t.guard):
-                return t
-        return None
 
     def resume_point(self, saved: str) -> str:
         """The leaf a run saved in ``saved`` resumes at; raise when the chart cannot resume there."""

@@ -27,6 +27,7 @@ from typing import Any
 
 from interlock.core.progress import Counters
 from interlock.core.registry import Registry
+from interlock.core.step import Facts
 
 __all__ = ["Extension"]
 
@@ -37,15 +38,16 @@ class Extension(Registry):
     Args:
         name: Who owns the entries (named in clashes and by ``interlock chart --actions``).
         actions: Plain actions ``fn(run)`` by name.
-        guards: Plain guards ``fn(run) -> bool`` by name.
+        guards: Plain guards ``fn(facts) -> bool`` by name: pure functions of the frozen
+            :class:`~interlock.core.step.Facts` (they read no slot).
         slots: Slot types by name (attrs classes of live objects, :mod:`interlock.core.slots`).
         counters: Counter operations ``op(counters)`` by name (for a chart's ``count:``).
-        reads: The slots each of ``actions`` / ``guards`` reads, by name.
+        reads: The slots each of ``actions`` reads, by name.
         writes: The slots each of ``actions`` writes (fills with ``Fill``), by name.
 
     Binders, effects and payload keys register with the decorators it shares with
     :class:`~interlock.core.registry.Registry`: ``@ext.action(name, reads=..., writes=...)``,
-    ``@ext.guard(name, reads=...)``, ``@ext.effect(UpdateType)``, ``@ext.payload_key(name)``;
+    ``@ext.guard(name, agreed=...)``, ``@ext.effect(UpdateType)``, ``@ext.payload_key(name)``;
     ``ext.counter(name, op)`` and ``ext.slot(name, kind)`` add one more of each.
     """
 
@@ -54,7 +56,7 @@ class Extension(Registry):
         name: str,
         *,
         actions: Mapping[str, Callable[..., Any]] | None = None,
-        guards: Mapping[str, Callable[..., bool]] | None = None,
+        guards: Mapping[str, Callable[[Facts], bool]] | None = None,
         slots: Mapping[str, type] | None = None,
         counters: Mapping[str, Callable[[Counters], None]] | None = None,
         reads: Mapping[str, tuple[str, ...]] | None = None,
@@ -80,9 +82,12 @@ class Extension(Registry):
         for action, fn in (actions or {}).items():
             self.add_action(action, fn, reads=reads.get(action, ()), writes=writes.get(action, ()))
         for guard, fn in (guards or {}).items():
-            if guard in writes:
-                raise ValueError(f"Extension({name!r}): guard {guard!r} cannot write slots: a guard changes nothing")
-            self.add_guard(guard, fn, reads=reads.get(guard, ()))
+            if guard in writes or guard in reads:
+                raise ValueError(
+                    f"Extension({name!r}): guard {guard!r} cannot read or write slots: a guard is a pure function "
+                    "of the facts (state, counters, config); have an action put what it needs in the state"
+                )
+            self.add_guard(guard, fn)
 
     def __repr__(self) -> str:
         return (

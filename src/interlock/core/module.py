@@ -13,6 +13,7 @@ from typing import Any, ClassVar, TypeVar
 import torch
 
 from interlock.core.logging import LogEntry, check_reduce, is_metric, is_metric_collection
+from interlock.core.state import mode_of
 
 __all__ = [
     "AttributeDict",
@@ -338,10 +339,7 @@ class Module(torch.nn.Module):
 
     def mode_of(self, metric: str) -> str:
         """``"min"`` or ``"max"``: which direction is better for ``metric``."""
-        if metric in self.metric_modes:
-            return self.metric_modes[metric]
-        lowered = metric.lower()
-        return "min" if ("loss" in lowered or "err" in lowered) else "max"
+        return mode_of(metric, self.metric_modes)
 
     # -- logging ---------------------------------------------------------------------
     def log(

@@ -37,9 +37,18 @@ class Counters:
         self.eval_loader = progress.eval_loader
 
     def freeze(self) -> Progress:
-        return Progress(
-            self.epoch, self.global_step, self.batch_idx, self.eval_batch_idx, self.train_batches, self.eval_loader
-        )
+        """The counters as a :class:`Progress` (they are ints >= 0 by construction: built without validating)."""
+        p = _new(Progress)
+        _set(p, "epoch", self.epoch)
+        _set(p, "global_step", self.global_step)
+        _set(p, "batch_idx", self.batch_idx)
+        _set(p, "eval_batch_idx", self.eval_batch_idx)
+        _set(p, "train_batches", self.train_batches)
+        _set(p, "eval_loader", self.eval_loader)
+        return p
+
+
+_new, _set = object.__new__, object.__setattr__
 
 
 def _epoch(c: Counters) -> None:

@@ -2,18 +2,21 @@
 
 A chart names its work (``data.fetch``) and its conditions (``schedule.val_due``);
 the components that own them register them here. Registered functions are
-*binders*: called once per stage with the :class:`~interlock.core.run.Run` and the
-state's ``with:`` parameters, they return the zero-argument callable the
-interpreter runs, so the per-batch path holds no lookups and no branching on
-settings. Plain functions ``fn(run)`` register with :meth:`Registry.add_action` /
-:meth:`Registry.add_guard`.
+*binders*: an action's is called once per stage with the :class:`~interlock.core.run.Run`
+and the state's ``with:`` parameters and returns the zero-argument callable the
+interpreter runs; a guard's gets the parameters only and returns a pure function
+of the frozen :class:`~interlock.core.step.Facts`. The per-batch path holds no
+lookups and no branching on settings. Plain functions register with
+:meth:`Registry.add_action` (``fn(run)``) and :meth:`Registry.add_guard` (``fn(facts)``).
 
 - an action returns ``None``, an :class:`~interlock.core.updates.Update` or a list of them;
-- a guard returns a bool and changes nothing;
+  an *agreement action* (``agrees=``) runs a collective and returns what the processes agreed;
+- a guard returns a bool, reads only the facts and changes nothing; one that reads an agreed
+  fact says so (``agreed=``), and the chart must agree it first (:func:`~interlock.core.step.check_agreement`);
 - an effect handler applies one update type to the run's objects (``SetLearningRate``);
 - a payload key gives one value of an event's payload at the moment it is emitted;
-- a slot type is a typed holder of live objects (:mod:`interlock.core.slots`): actions and
-  guards declare the slots they ``reads`` and ``writes``, and are bound once those are filled;
+- a slot type is a typed holder of live objects (:mod:`interlock.core.slots`): actions
+  declare the slots they ``reads`` and ``writes``, and are bound once those are filled;
 - a counter operation changes the loop counters on a transition (``count: [step]``).
 """
 
@@ -30,6 +33,7 @@ from interlock.core.slots import BUILTIN_SLOTS, SlotError, SlotSpec
 
 if TYPE_CHECKING:
     from interlock.core.run import Run
+    from interlock.core.step import Facts
     from interlock.core.updates import Update
 
 __all__ = ["NOOP", "Action", "CounterBinder", "Guard", "Registry"]
@@ -37,7 +41,7 @@ __all__ = ["NOOP", "Action", "CounterBinder", "Guard", "Registry"]
 #: A bound action: runs the work, returns ``None``, an update or a list of updates.
 Action = Callable[[], Any]
 #: A bound guard: whether a transition may be taken now.
-Guard = Callable[[], bool]
+Guard = Callable[["Facts"], bool]
 
 
 def NOOP() -> None:  # a constant: the runtime compares bound actions with it by identity
@@ -45,7 +49,7 @@ def NOOP() -> None:  # a constant: the runtime compares bound actions with it by
 
 
 ActionBinder = Callable[["Run", Mapping[str, Any]], Action]
-GuardBinder = Callable[["Run", Mapping[str, Any]], Guard]
+GuardBinder = Callable[[Mapping[str, Any]], Guard]
 EffectBinder = Callable[["Run"], Callable[[Any], None]]
 PayloadBinder = Callable[["Run"], Callable[[], Any]]
 #: ``bind(run) -> op``: a counter operation that needs the run (the ``manual`` steps the optimizer recorded)
@@ -68,6 +72,9 @@ class Entry:
     reads: tuple[str, ...] = ()
     #: the slots the action fills or replaces (by returning ``Fill``)
     writes: tuple[str, ...] = ()
+    #: a guard: the agreed facts it reads (``state.agreed``); an action: the facts it agrees
+    agreed: tuple[str, ...] = ()
+    agrees: tuple[str, ...] = ()
 
 
 def _owner(fn: Any) -> str:
@@ -78,7 +85,7 @@ def _doc(fn: Any) -> str:
     return (getattr(fn, "__doc__", None) or "").strip().split("\n")[0]
 
 
-def _names(kind: str, name: str, value: Any) -> tuple[str, ...]:
+def _names(kind: str, name: str, value: Any, what: str = "slot names", like: str = "'optim'") -> tuple[str, ...]:
     if isinstance(value, str):
         return (value,)
     try:
@@ -86,7 +93,7 @@ def _names(kind: str, name: str, value: Any) -> tuple[str, ...]:
     except TypeError:
         names = ()
     if (not names and value not in ((), [], None)) or not all(isinstance(n, str) for n in names):
-        raise TypeError(f"{kind} of {name!r} must be a tuple of slot names, e.g. ('optim',), got {value!r}")
+        raise TypeError(f"{kind} of {name!r} must be a tuple of {what}, e.g. ({like},), got {value!r}")
     return names
 
 
@@ -122,6 +129,8 @@ class Registry:
         reads: Any = (),
         writes: Any = (),
         owner: str | None = None,
+        agreed: Any = (),
+        agrees: Any = (),
     ) -> None:
         if not isinstance(name, str) or not _NAME.match(name):
             raise ValueError(
@@ -136,27 +145,46 @@ class Registry:
                 "rename one, or pass replace=True to override it"
             )
         table[name] = Entry(
-            name, fn, who, _doc(fn), reads=_names("reads", name, reads), writes=_names("writes", name, writes)
+            name,
+            fn,
+            who,
+            _doc(fn),
+            reads=_names("reads", name, reads),
+            writes=_names("writes", name, writes),
+            agreed=_names("agreed", name, agreed, "agreed facts", "'stop'"),
+            agrees=_names("agrees", name, agrees, "agreed facts", "'stop'"),
         )
 
     def action(
-        self, name: str, *, reads: tuple[str, ...] = (), writes: tuple[str, ...] = (), replace: bool = False
+        self,
+        name: str,
+        *,
+        reads: tuple[str, ...] = (),
+        writes: tuple[str, ...] = (),
+        agrees: tuple[str, ...] = (),
+        replace: bool = False,
     ) -> Callable[[ActionBinder], ActionBinder]:
-        """Decorator: register a binder ``(run, params) -> action`` reading and writing the named slots."""
+        """Decorator: register a binder ``(run, params) -> action`` reading and writing the named slots.
+
+        ``agrees``: the facts the action agrees across processes (an agreement action, ``state.agreed``).
+        """
 
         def register(fn: ActionBinder) -> ActionBinder:
-            self._put(self.actions, "action", name, fn, replace, reads, writes)
+            self._put(self.actions, "action", name, fn, replace, reads, writes, agrees=agrees)
             return fn
 
         return register
 
     def guard(
-        self, name: str, *, reads: tuple[str, ...] = (), replace: bool = False
+        self, name: str, *, agreed: tuple[str, ...] = (), replace: bool = False
     ) -> Callable[[GuardBinder], GuardBinder]:
-        """Decorator: register a binder ``(run, params) -> guard`` reading the named slots."""
+        """Decorator: register a guard binder, ``params`` to a pure ``guard(facts)``.
+
+        ``agreed``: the agreed facts it reads (its state must agree them first).
+        """
 
         def register(fn: GuardBinder) -> GuardBinder:
-            self._put(self.guards, "guard", name, fn, replace, reads)
+            self._put(self.guards, "guard", name, fn, replace, agreed=agreed)
             return fn
 
         return register
@@ -181,17 +209,17 @@ class Registry:
         self._put(self.actions, "action", name, bind, replace, reads, writes)
 
     def add_guard(
-        self, name: str, fn: Callable[[Run], bool], *, reads: tuple[str, ...] = (), replace: bool = False
+        self, name: str, fn: Callable[[Facts], bool], *, agreed: tuple[str, ...] = (), replace: bool = False
     ) -> None:
-        """Register a plain guard ``fn(run) -> bool``."""
+        """Register a plain guard ``fn(facts) -> bool``: a pure function of the frozen facts."""
         if not callable(fn):
             raise TypeError(f"guard {name!r} must be callable, got {fn!r}")
 
-        def bind(run: Run, params: Mapping[str, Any]) -> Guard:
-            return lambda: bool(fn(run))
+        def bind(params: Mapping[str, Any]) -> Guard:
+            return lambda facts: bool(fn(facts))
 
         bind.__module__, bind.__doc__ = _owner(fn), fn.__doc__
-        self._put(self.guards, "guard", name, bind, replace, reads)
+        self._put(self.guards, "guard", name, bind, replace, agreed=agreed)
 
     def effect(self, kind: type, *, replace: bool = False) -> Callable[[EffectBinder], EffectBinder]:
         """Decorator: register a binder ``run -> handler(update)`` for updates of type ``kind``."""

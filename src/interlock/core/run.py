@@ -94,7 +94,6 @@ class Step:
 
     batch: Any = None
     index: int = 0
-    fetched: bool = False
     outputs: Any = None
     loss: torch.Tensor | None = None
     #: what this training batch logged on step for the loggers (``self.log(..., logger=True)``), by logger name
@@ -132,12 +131,8 @@ class Run:
     step: Step = attrs.field(factory=Step)
     signals: Any = None
     predictions: list[Any] = attrs.field(factory=list)
-    results: dict[str, float] = attrs.field(factory=dict)
-    #: the metrics of each loader of the latest evaluation loop (Lightning's ``validate``/``test`` return value)
-    loader_results: list[dict[str, float]] = attrs.field(factory=list)
-    #: the exception that is ending the stage, and the state it happened in
+    #: the exception that is ending the stage (its text and where it was raised are in the state)
     error: BaseException | None = None
-    failed_in: str = ""
     #: the typed slots of the stage by type (``run.slot(OptimSlot)``); filled by ``Fill`` updates
     slots: dict[type, Any] = attrs.field(factory=dict)
     #: the chart being run (set by the runtime): where a saved state resumes

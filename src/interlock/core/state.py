@@ -13,9 +13,11 @@ from typing import Any, overload
 
 import attrs
 
-__all__ = ["STATE_VERSION", "History", "Progress", "TrainerState", "freeze", "thaw"]
+__all__ = ["STATE_VERSION", "History", "Progress", "TrainerState", "freeze", "mode_of", "thaw"]
 
-STATE_VERSION = 1
+#: 2 added the facts guards read (``agreed``, ``limits``, ``manual_optimization``, ``eval_exhausted``),
+#: ``metric_modes``, ``error``/``failed_in`` and ``loader_results``; a version-1 state loads with their defaults.
+STATE_VERSION = 2
 STATUSES = ("idle", "running", "finished", "interrupted", "failed")
 STAGES = ("", "fit", "validate", "test", "predict")
 
@@ -163,6 +165,21 @@ class TrainerState:
     run_dir: str = ""
     global_rank: int = attrs.field(default=0, validator=_non_negative)
     world_size: int = attrs.field(default=1, validator=_non_negative)
+    #: what the processes agreed by the chart's agreement actions (``stop``, ``preempted``), for the guards
+    agreed: Mapping[str, bool] = attrs.field(factory=dict, converter=freeze)
+    #: the batch limit of each loader of the stage (``train``, ``val``, ``val#1``, ...; ``None``: until exhausted)
+    limits: Mapping[str, int | None] = attrs.field(factory=dict, converter=freeze)
+    #: the module steps its optimizers itself (``automatic_optimization = False``)
+    manual_optimization: bool = False
+    #: the evaluation loop's current loader ran out
+    eval_exhausted: bool = False
+    #: ``"min"`` or ``"max"`` for the metrics whose better direction the module names (``Module.metric_modes``)
+    metric_modes: Mapping[str, str] = attrs.field(factory=dict, converter=freeze)
+    #: ``"Type: message"`` of the exception ending the stage, and the state (or transition) it was raised in
+    error: str = ""
+    failed_in: str = ""
+    #: the metrics of each loader of the latest evaluation loop (what ``validate``/``test`` return)
+    loader_results: tuple[Mapping[str, float], ...] = attrs.field(factory=tuple, converter=freeze)
 
     @property
     def is_global_zero(self) -> bool:
@@ -281,18 +298,46 @@ def _check_plain(data: Mapping[str, Any]) -> None:
         if not isinstance(value, Mapping) or not _number(value.get("value")) or not _number(value.get("weight")):
             raise ValueError(f"state 'logged'[{name!r}] must be a mapping with number 'value' and 'weight'")
     mapping("data")
+    for name, value in mapping("agreed").items():
+        if not isinstance(value, bool):
+            raise ValueError(f"state 'agreed'[{name!r}] must be a bool, got {value!r:.80}")
+    for name, value in mapping("limits").items():
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise ValueError(f"state 'limits'[{name!r}] must be an int >= 0 or None, got {value!r:.80}")
+    for name, value in mapping("metric_modes").items():
+        if value not in ("min", "max"):
+            raise ValueError(f"state 'metric_modes'[{name!r}] must be 'min' or 'max', got {value!r:.80}")
+    results = data.get("loader_results", ())
+    if not isinstance(results, list | tuple) or not all(
+        isinstance(r, Mapping) and all(_number(v) for v in r.values()) for r in results
+    ):
+        raise ValueError(f"state 'loader_results' must be a list of mappings of numbers, got {results!r:.80}")
     history = data.get("history", ())
     if not isinstance(history, list | tuple | History):
         raise ValueError(f"state 'history' must be a list of rows, got {history!r:.80}")
     for i, row in enumerate(history):
         if not isinstance(row, Mapping):
             raise ValueError(f"state 'history'[{i}] must be a mapping (one row of metrics), got {row!r:.80}")
-    for name, kind in (("chart", str), ("stop_reason", str), ("run_dir", str), ("should_stop", bool)):
+    flags = (("should_stop", bool), ("manual_optimization", bool), ("eval_exhausted", bool))
+    texts = (("chart", str), ("stop_reason", str), ("run_dir", str), ("error", str), ("failed_in", str))
+    for name, kind in (*texts, *flags):
         if name in data and not isinstance(data[name], kind):
             raise ValueError(f"state {name!r} must be a {kind.__name__}, got {data[name]!r:.80}")
     seed = data.get("seed")
     if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
         raise ValueError(f"state 'seed' must be an int or None, got {seed!r:.80}")
+
+
+def mode_of(metric: str, modes: Mapping[str, str]) -> str:
+    """``"min"`` or ``"max"``: which direction is better for ``metric``.
+
+    ``modes`` first, then its name: lower is better for names containing ``loss`` or ``err``.
+    """
+    mode = modes.get(metric)
+    if mode is not None:
+        return mode
+    lowered = metric.lower()
+    return "min" if ("loss" in lowered or "err" in lowered) else "max"
 
 
 _FIELDS = {f.name: f for f in attrs.fields(TrainerState)}

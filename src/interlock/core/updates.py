@@ -20,10 +20,11 @@ import attrs
 
 from interlock.core import reduce32
 from interlock.core.errors import ConflictingUpdates
-from interlock.core.state import TrainerState, freeze
+from interlock.core.state import TrainerState, freeze, mode_of
 
 __all__ = [
     "AddEvalSums",
+    "Agree",
     "AppendHistory",
     "BeginStage",
     "Change",
@@ -35,14 +36,19 @@ __all__ = [
     "SaveCheckpoint",
     "SetAccumulation",
     "SetDataPosition",
+    "SetEvalExhausted",
+    "SetFailure",
     "SetLearningRate",
     "SetListenerState",
+    "SetLoaderResults",
     "SetParameters",
     "SetRunInfo",
+    "SetStageFacts",
     "SetStatus",
     "Stop",
     "Update",
     "as_updates",
+    "best_of",
     "merge",
     "reduce",
 ]
@@ -142,9 +148,24 @@ class BeginStage(Change):
     """A stage starts: it runs, no stop is pending, and the metrics are the new stage's (Lightning resets them)."""
 
     stage: str
+    #: the module's ``metric_modes``: which direction is better for the metrics it names (``best_metrics``)
+    metric_modes: Mapping[str, str] = attrs.field(factory=dict, converter=freeze)
 
     def changes(self, state: TrainerState) -> dict[str, Any]:
-        return {"stage": self.stage, "status": "running", "should_stop": False, "stop_reason": "", "metrics": {}}
+        return {
+            "stage": self.stage,
+            "status": "running",
+            "should_stop": False,
+            "stop_reason": "",
+            "metrics": {},
+            "metric_modes": self.metric_modes,
+            "agreed": {},
+            "limits": {},
+            "eval_exhausted": False,
+            "error": "",
+            "failed_in": "",
+            "loader_results": (),
+        }
 
 
 @attrs.frozen
@@ -218,6 +239,63 @@ class AppendHistory(Change):
 
     def changes(self, state: TrainerState) -> dict[str, Any]:
         return {"history": state.history.append(self.row)}
+
+
+@attrs.frozen
+class Agree(Change):
+    """What the processes agreed (``stop``, ``preempted``): what an agreement action returns for the guards."""
+
+    agreed: Mapping[str, bool] = attrs.field(converter=freeze)
+
+    def changes(self, state: TrainerState) -> dict[str, Any]:
+        return {"agreed": {**state.agreed, **self.agreed}}
+
+
+@attrs.frozen
+class SetStageFacts(Change):
+    """Facts of the stage that set-up found (``None``: unchanged): each loader's batch limit, manual optimization."""
+
+    limits: Mapping[str, int | None] | None = attrs.field(default=None, converter=attrs.converters.optional(freeze))
+    manual_optimization: bool | None = None
+
+    def changes(self, state: TrainerState) -> dict[str, Any]:
+        pairs = (("limits", self.limits), ("manual_optimization", self.manual_optimization))
+        return {k: v for k, v in pairs if v is not None}
+
+
+@attrs.frozen
+class SetEvalExhausted(Change):
+    """The evaluation loop's current loader ran out (``True``), or a loader was opened (``False``)."""
+
+    exhausted: bool
+
+    def changes(self, state: TrainerState) -> dict[str, Any]:
+        return {"eval_exhausted": self.exhausted}
+
+
+@attrs.frozen
+class SetLoaderResults(Change):
+    """The metrics of loader ``index`` of the evaluation loop that just ended one (Lightning's return value)."""
+
+    index: int
+    metrics: Mapping[str, float] = attrs.field(converter=freeze)
+
+    def changes(self, state: TrainerState) -> dict[str, Any]:
+        results = list(state.loader_results)
+        results += [{}] * (self.index + 1 - len(results))
+        results[self.index] = self.metrics
+        return {"loader_results": results}
+
+
+@attrs.frozen
+class SetFailure(Change):
+    """The stage is ending with an exception: ``"Type: message"`` and the state or transition it was raised in."""
+
+    error: str
+    failed_in: str
+
+    def changes(self, state: TrainerState) -> dict[str, Any]:
+        return {"error": self.error, "failed_in": self.failed_in}
 
 
 @attrs.frozen
@@ -317,6 +395,16 @@ def merge(items: Iterable[tuple[str, Update]]) -> Merged:
     )
 
 
+def best_of(best: Mapping[str, float], metrics: Mapping[str, float], modes: Mapping[str, str]) -> dict[str, float]:
+    """``best`` with ``metrics`` folded in: the better value of each (:func:`~interlock.core.state.mode_of`)."""
+    out = dict(best)
+    for name, value in metrics.items():
+        old = out.get(name)
+        better = min if mode_of(name, modes) == "min" else max
+        out[name] = value if old is None else better(old, value)
+    return out
+
+
 def reduce(state: TrainerState, merged: Merged) -> TrainerState:
     """Apply the state part of merged updates; pure. A restore first, then the rest, changes in order."""
     if merged.restore is not None:
@@ -326,6 +414,7 @@ def reduce(state: TrainerState, merged: Merged) -> TrainerState:
         changes.update(should_stop=True, stop_reason=merged.stop)
     if merged.metrics:
         changes["metrics"] = {**state.metrics, **merged.metrics}
+        changes["best_metrics"] = best_of(state.best_metrics, merged.metrics, state.metric_modes)
     if merged.listeners:
         changes["listeners"] = {**state.listeners, **merged.listeners}
     if changes:

@@ -29,12 +29,21 @@ import torch
 from interlock.connectors.data import Feed, feed_key, loader_count
 from interlock.connectors.metrics import batch_size, logged_values, scalars
 from interlock.core import reduce32
+from interlock.core.config import TrainerConfig
 from interlock.core.logging import AddLogged, take
 from interlock.core.module import takes_batch_idx
 from interlock.core.registry import Action, Guard, Registry
 from interlock.core.run import Run
 from interlock.core.slots import DeviceSlot, DistSlot, EvalSlot
-from interlock.core.updates import AddEvalSums, AppendHistory, LogMetrics, Update
+from interlock.core.step import Facts
+from interlock.core.updates import (
+    AddEvalSums,
+    AppendHistory,
+    LogMetrics,
+    SetEvalExhausted,
+    SetLoaderResults,
+    Update,
+)
 
 __all__ = ["means", "register"]
 
@@ -50,13 +59,18 @@ def _f64(run: Run) -> bool:
     return bool(run.hardware.precision.param_dtype == torch.float64)
 
 
-def _limit(run: Run, params: Mapping[str, Any], feed: Feed) -> int | None:
+def limit_of(config: TrainerConfig, params: Mapping[str, Any], limit: int | None) -> int | None:
+    """The batches the loop takes from a loader whose own limit is ``limit`` (the sanity check takes fewer)."""
     if params.get("limit") == "sanity":
-        steps = run.config.sanity_steps
+        steps = config.sanity_steps
         if steps == -1:
-            return feed.limit
-        return steps if feed.limit is None else min(steps, feed.limit)
-    return feed.limit
+            return limit
+        return steps if limit is None else min(steps, limit)
+    return limit
+
+
+def _limit(run: Run, params: Mapping[str, Any], feed: Feed) -> int | None:
+    return limit_of(run.config, params, feed.limit)
 
 
 def _current(run: Run, key: str) -> Feed:
@@ -65,17 +79,24 @@ def _current(run: Run, key: str) -> Feed:
     return feed
 
 
-def _finished(run: Run, params: Mapping[str, Any], feed: Feed) -> bool:
-    """The loader ran out or its limit is reached."""
-    if feed.exhausted:
-        return True
-    limit = _limit(run, params, feed)
-    return limit is not None and run.counters.eval_batch_idx >= limit
+def _loaders(limits: Mapping[str, int | None], key: str) -> int:
+    """How many loaders the loop ``key`` has (``val``, ``val#1``, ...)."""
+    count = 0
+    while feed_key(key, count) in limits:
+        count += 1
+    return count
 
 
-def _open(run: Run, params: Mapping[str, Any], feed: Feed, start: int) -> None:
-    feed.exhausted = False
+def _reached(facts: Facts, params: Mapping[str, Any], key: str) -> bool:
+    """The current loader's (sanity-aware) batch limit is reached."""
+    c = facts.progress
+    limit = limit_of(facts.config, params, facts.state.limits.get(feed_key(key, c.eval_loader)))
+    return limit is not None and c.eval_batch_idx >= limit
+
+
+def _open(run: Run, params: Mapping[str, Any], feed: Feed, start: int) -> SetEvalExhausted:
     feed.it = feed.data.iterate(start) if _limit(run, params, feed) != 0 else iter(())
+    return SetEvalExhausted(False)
 
 
 def _check_takes_index(module: Any, name: str, count: int) -> None:
@@ -117,10 +138,10 @@ def register(reg: Registry) -> None:
         to_eval = _own_hook(run.module, f"on_{_LOOPS.get(key, key)}_model_eval") or run.module.eval
         was_training = run.slot(EvalSlot).was_training
 
-        def act() -> None:
+        def act() -> Update:
             was_training[key] = run.module.training
             to_eval()  # the module's on_validation_model_eval / on_test_model_eval / ... when it has one
-            _open(run, params, _current(run, key), run.counters.eval_batch_idx)
+            return _open(run, params, _current(run, key), run.counters.eval_batch_idx)
 
         return act
 
@@ -129,25 +150,21 @@ def register(reg: Registry) -> None:
         """Close the loader that finished; open the next one at its start."""
         key, _ = _params(params, "eval.next_loader")
 
-        def act() -> None:
+        def act() -> Update:
             _current(run, key).it = None
-            _open(run, params, run.feeds[feed_key(key, run.counters.eval_loader + 1)], 0)
+            return _open(run, params, run.feeds[feed_key(key, run.counters.eval_loader + 1)], 0)
 
         return act
 
     @reg.guard("eval.more_loaders")
-    def more_loaders(run: Run, params: Mapping[str, Any]) -> Guard:
+    def more_loaders(params: Mapping[str, Any]) -> Guard:
         """The loader ran out or reached its limit, and another loader follows it."""
         key, _ = _params(params, "eval.more_loaders")
-        count = 0
 
-        def more() -> bool:
-            nonlocal count
-            if not count:
-                count = loader_count(run.feeds, key)
-            if count == 1 or run.counters.eval_loader + 1 >= count:
+        def more(facts: Facts) -> bool:
+            if facts.progress.eval_loader + 1 >= _loaders(facts.state.limits, key):
                 return False
-            return _finished(run, params, _current(run, key))
+            return facts.state.eval_exhausted or _reached(facts, params, key)
 
         return more
 
@@ -181,23 +198,26 @@ def register(reg: Registry) -> None:
         step, counters = run.step, run.counters
         prepare = run.slot(DeviceSlot).prepare_batch
 
-        def act() -> None:
+        def act() -> Update | None:
             feed = _current(run, key)
             try:
                 batch = next(feed.it)  # type: ignore[arg-type]
             except StopIteration:
-                step.fetched, feed.exhausted = False, True
-                return
+                return SetEvalExhausted(True)
             step.batch = batch if prepare is None else prepare(batch, counters.eval_loader)
-            step.index, step.fetched = counters.eval_batch_idx, True
+            step.index = counters.eval_batch_idx
+            return None
 
         return act
 
     @reg.guard("eval.fetched")
-    def fetched(run: Run, params: Mapping[str, Any]) -> Guard:
-        """A batch was fetched."""
-        step = run.step
-        return lambda: step.fetched
+    def fetched(params: Mapping[str, Any]) -> Guard:
+        """A batch was fetched (the loader did not run out)."""
+
+        def fetched_(facts: Facts) -> bool:
+            return not facts.state.eval_exhausted
+
+        return fetched_
 
     @reg.action("eval.step", reads=("device", "dist"))
     def step_(run: Run, params: Mapping[str, Any]) -> Action:
@@ -249,26 +269,22 @@ def register(reg: Registry) -> None:
         return act
 
     @reg.guard("eval.empty")
-    def empty(run: Run, params: Mapping[str, Any]) -> Guard:
+    def empty(params: Mapping[str, Any]) -> Guard:
         """The loop takes no batches (the limit of every loader is 0)."""
         key, _ = _params(params, "eval.empty")
 
-        def empty_() -> bool:
-            feeds = (run.feeds[feed_key(key, i)] for i in range(loader_count(run.feeds, key)))
-            return all(_limit(run, params, feed) == 0 for feed in feeds)
+        def empty_(facts: Facts) -> bool:
+            limits, cfg = facts.state.limits, facts.config
+            keys = [feed_key(key, i) for i in range(_loaders(limits, key))]
+            return all(limit_of(cfg, params, limits[k]) == 0 for k in keys)
 
         return empty_
 
     @reg.guard("eval.limit_reached")
-    def limit_reached(run: Run, params: Mapping[str, Any]) -> Guard:
+    def limit_reached(params: Mapping[str, Any]) -> Guard:
         """The loop's batch limit is reached."""
         key, _ = _params(params, "eval.limit_reached")
-
-        def reached() -> bool:
-            limit = _limit(run, params, _current(run, key))
-            return limit is not None and run.counters.eval_batch_idx >= limit
-
-        return reached
+        return lambda facts: _reached(facts, params, key)
 
     @reg.action("eval.log")
     def log(run: Run, params: Mapping[str, Any]) -> Action:
@@ -292,13 +308,15 @@ def register(reg: Registry) -> None:
             if loader_count(run.feeds, key) > 1:
                 metrics = {f"{k}/dataloader_idx_{idx}": v for k, v in metrics.items()}
                 hidden = {f"{k}/dataloader_idx_{idx}" for k in hidden}
-            run.results.update(metrics)
-            while len(run.loader_results) <= idx:
-                run.loader_results.append({})
-            run.loader_results[idx] = dict(metrics)
             c = run.counters
             shown = {k: v for k, v in metrics.items() if k not in hidden}
             row = {"stage": prefix, "epoch": c.epoch, "global_step": c.global_step, **shown}
-            return [LogMetrics(metrics), AppendHistory(row), AddEvalSums(None), AddLogged(clear="eval")]
+            return [
+                LogMetrics(metrics),
+                AppendHistory(row),
+                AddEvalSums(None),
+                AddLogged(clear="eval"),
+                SetLoaderResults(idx, metrics),
+            ]
 
         return act

@@ -1,7 +1,10 @@
 """The fit loop's decisions, as the chart's guards: when to validate, when an epoch or the fit is over.
 
-Each guard is bound once per stage; what depends on the data (how many batches
-an epoch has) is read on the first call, after ``data.setup``.
+Each guard is a pure function of the frozen :class:`~interlock.core.step.Facts`: the
+config, the counters, each loader's batch limit (``state.limits``, known after
+``data.setup``), whether the training data ran out (``state.data``), and the stop
+the processes agreed (``state.agreed["stop"]``, by ``signals.vote`` at a batch end or
+``dist.agree_stop``: agreement actions the chart runs before these guards).
 """
 
 from __future__ import annotations
@@ -11,9 +14,9 @@ from typing import Any
 
 import attrs
 
+from interlock.core.config import TrainerConfig
 from interlock.core.registry import Guard, Registry
-from interlock.core.run import Run
-from interlock.core.slots import ScheduleSlot
+from interlock.core.step import Facts
 
 __all__ = ["ValSchedule", "register"]
 
@@ -32,30 +35,29 @@ class ValSchedule:
     every_epochs: int | None
 
     @classmethod
-    def of(cls, run: Run) -> ValSchedule:
-        cfg = run.config
-        interval = cfg.val_check_interval
-        limit = run.feeds["train"].limit
+    def of(cls, config: TrainerConfig, limits: Mapping[str, int | None]) -> ValSchedule:
+        interval = config.val_check_interval
+        limit = limits.get("train")
         every: int | None = None
         if isinstance(interval, int):
             every = interval
         elif interval != 1.0 and limit is not None:
             every = max(1, int(limit * interval))
         return cls(
-            validates="val" in run.feeds and cfg.limit("val") != 0,
+            validates="val" in limits and config.limit("val") != 0,
             every_batches=every,
-            across_epochs=cfg.check_val_every_n_epoch is None,
-            every_epochs=cfg.check_val_every_n_epoch,
+            across_epochs=config.check_val_every_n_epoch is None,
+            every_epochs=config.check_val_every_n_epoch,
         )
 
-    def due(self, run: Run, at_epoch_end: bool, batch_done: bool = True) -> bool:
+    def due(self, facts: Facts, at_epoch_end: bool, batch_done: bool = True) -> bool:
         """Whether validation runs now: after a batch, or (``batch_done=False``) when the data ran out."""
         if not self.validates:
             return False
-        c = run.counters
+        c = facts.progress
         if self.every_epochs is not None and (c.epoch + 1) % self.every_epochs:
             return False
-        if batch_done and run.signals.stop and run.config.can_stop(c.epoch, c.global_step):
+        if batch_done and facts.state.agreed.get("stop") and facts.config.can_stop(c.epoch, c.global_step):
             return True  # a stop agreed mid-epoch validates first (Lightning); reaching max_steps does not
         every = self.every_batches
         if every is None:
@@ -66,97 +68,114 @@ class ValSchedule:
         return done % every == 0
 
 
-def _stopping(run: Run, epochs_done: int) -> bool:
-    """A stop was asked for (and ``min_epochs``/``min_steps`` allow it) or ``max_steps`` is reached, agreed by all."""
-    cfg, c = run.config, run.counters
-    max_steps = cfg.max_steps
-    asked = run.facts.should_stop and cfg.can_stop(epochs_done, c.global_step)
-    stop = asked or (max_steps != -1 and c.global_step >= max_steps)
-    agree = run.dist.agree if run.dist is not None else None
-    return agree(stop) if agree is not None else stop
+class _Memo:
+    """The schedule of the latest config and limits seen (a pure function, computed once per stage)."""
+
+    __slots__ = ("config", "limits", "value")
+
+    def __init__(self) -> None:
+        self.config: Any = None
+        self.limits: Any = None
+        self.value = ValSchedule(False, None, False, None)
+
+    def __call__(self, facts: Facts) -> ValSchedule:
+        config, limits = facts.config, facts.state.limits
+        if config is not self.config or limits is not self.limits:
+            self.config, self.limits, self.value = config, limits, ValSchedule.of(config, limits)
+        return self.value
 
 
-def _never() -> bool:
-    return False
+def _stopping(facts: Facts, epochs_done: int) -> bool:
+    """A stop was agreed (and ``min_epochs``/``min_steps`` allow it), or ``max_steps`` is reached."""
+    cfg, c = facts.config, facts.progress
+    if facts.state.agreed.get("stop") and cfg.can_stop(epochs_done, c.global_step):
+        return True
+    return cfg.max_steps != -1 and c.global_step >= cfg.max_steps
 
 
-def _epoch_over(run: Run) -> bool:
-    limit = run.feeds["train"].limit
-    return limit is not None and run.counters.batch_idx >= limit
+def _epoch_over(facts: Facts) -> bool:
+    limit = facts.state.limits.get("train")
+    return limit is not None and facts.progress.batch_idx >= limit
+
+
+def _exhausted(facts: Facts) -> bool:
+    """The epoch's training data ran out (``data.fetch`` found no next batch)."""
+    return bool(facts.state.data.get("exhausted", False))
 
 
 def register(reg: Registry) -> None:
     """``schedule.*`` (validation) and ``limits.*`` (ends of epochs and of the fit) guards."""
 
-    def schedule_of(run: Run) -> ValSchedule:
-        slot = run.slot(ScheduleSlot)
-        sched = slot.val
-        if sched is None:
-            sched = slot.val = ValSchedule.of(run)
-        assert isinstance(sched, ValSchedule)
-        return sched
-
     @reg.guard("schedule.sanity_due")
-    def sanity_due(run: Run, params: Mapping[str, Any]) -> Guard:
+    def sanity_due(params: Mapping[str, Any]) -> Guard:
         """There is validation data, num_sanity_val_steps is not 0 and limit_val_batches is not 0 (Lightning)."""
-        return lambda: "val" in run.feeds and run.config.sanity_steps != 0 and run.config.limit("val") != 0
 
-    @reg.guard("schedule.val_due")
-    def val_due(run: Run, params: Mapping[str, Any]) -> Guard:
+        def due(facts: Facts) -> bool:
+            cfg = facts.config
+            return "val" in facts.state.limits and cfg.sanity_steps != 0 and cfg.limit("val") != 0
+
+        return due
+
+    @reg.guard("schedule.val_due", agreed=("stop",))
+    def val_due(params: Mapping[str, Any]) -> Guard:
         """Validation is due after this batch (val_check_interval, check_val_every_n_epoch, end of epoch)."""
-        if run.config.limit("val") == 0 or ("val" not in run.feeds and not run.plan.loads_later):
-            return _never
+        memo = _Memo()
 
-        def due() -> bool:
-            return schedule_of(run).due(run, at_epoch_end=_epoch_over(run))
+        def due(facts: Facts) -> bool:
+            limits = facts.state.limits
+            if "val" not in limits:
+                return False
+            limit = limits.get("train")
+            over = limit is not None and facts.progress.batch_idx >= limit
+            sched = memo.value if facts.config is memo.config and limits is memo.limits else memo(facts)
+            return sched.due(facts, at_epoch_end=over)
 
         return due
 
     @reg.guard("schedule.val_due_at_end")
-    def val_due_at_end(run: Run, params: Mapping[str, Any]) -> Guard:
+    def val_due_at_end(params: Mapping[str, Any]) -> Guard:
         """The data ran out and validation is due at the end of this epoch."""
-        step = run.step
-        return lambda: not step.fetched and schedule_of(run).due(run, at_epoch_end=True, batch_done=False)
+        schedule = _Memo()
+        return lambda facts: _exhausted(facts) and schedule(facts).due(facts, at_epoch_end=True, batch_done=False)
 
-    @reg.guard("limits.epoch_done")
-    def epoch_done(run: Run, params: Mapping[str, Any]) -> Guard:
+    @reg.guard("limits.epoch_done", agreed=("stop",))
+    def epoch_done(params: Mapping[str, Any]) -> Guard:
         """The epoch's batch limit is reached, a stop was agreed (min_epochs/min_steps met), or max_steps is reached."""
-        if "train" not in run.feeds and not run.plan.loads_later:
-            return _never
-        counters, signals, feeds, cfg = run.counters, run.signals, run.feeds, run.config
-        max_steps = run.config.max_steps if run.config.max_steps != -1 else None
 
-        def done() -> bool:
-            limit = feeds["train"].limit
-            if limit is not None and counters.batch_idx >= limit:
+        def done(facts: Facts) -> bool:
+            limits, c, cfg = facts.state.limits, facts.progress, facts.config
+            if "train" not in limits:
+                return False
+            limit = limits["train"]
+            if limit is not None and c.batch_idx >= limit:
                 return True
-            if signals.stop and cfg.can_stop(counters.epoch, counters.global_step):  # min_epochs: the epoch runs on
+            if facts.state.agreed.get("stop") and cfg.can_stop(c.epoch, c.global_step):  # min_epochs: runs on
                 return True
-            return max_steps is not None and counters.global_step >= max_steps
+            return cfg.max_steps != -1 and c.global_step >= cfg.max_steps
 
         return done
 
-    @reg.guard("limits.epoch_done_after_val")
-    def epoch_done_after_val(run: Run, params: Mapping[str, Any]) -> Guard:
+    @reg.guard("limits.epoch_done_after_val", agreed=("stop",))
+    def epoch_done_after_val(params: Mapping[str, Any]) -> Guard:
         """After validation: the epoch's data ran out or its limit is reached, or the fit is stopping."""
-        return lambda: run.feeds["train"].exhausted or _epoch_over(run) or _stopping(run, run.counters.epoch)
+        return lambda facts: _exhausted(facts) or _epoch_over(facts) or _stopping(facts, facts.progress.epoch)
 
     @reg.guard("limits.nothing_to_train")
-    def nothing_to_train(run: Run, params: Mapping[str, Any]) -> Guard:
+    def nothing_to_train(params: Mapping[str, Any]) -> Guard:
         """max_epochs=0, max_steps=0 or a training batch limit of 0: the fit trains nothing (as in Lightning)."""
 
-        def nothing() -> bool:
-            cfg, feed = run.config, run.feeds.get("train")
-            return cfg.epochs == 0 or cfg.max_steps == 0 or (feed is not None and feed.limit == 0)
+        def nothing(facts: Facts) -> bool:
+            cfg = facts.config
+            return cfg.epochs == 0 or cfg.max_steps == 0 or facts.state.limits.get("train", None) == 0
 
         return nothing
 
-    @reg.guard("limits.fit_done")
-    def fit_done(run: Run, params: Mapping[str, Any]) -> Guard:
+    @reg.guard("limits.fit_done", agreed=("stop",))
+    def fit_done(params: Mapping[str, Any]) -> Guard:
         """A stop was agreed, max_steps is reached, or this was the last epoch (max_epochs)."""
 
-        def done() -> bool:
-            epochs = run.config.epochs
-            return _stopping(run, run.counters.epoch + 1) or (epochs is not None and run.counters.epoch + 1 >= epochs)
+        def done(facts: Facts) -> bool:
+            epochs, epoch = facts.config.epochs, facts.progress.epoch
+            return _stopping(facts, epoch + 1) or (epochs is not None and epoch + 1 >= epochs)
 
         return done

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from interlock.core.errors import Preempted
 from interlock.core.module import Module
 from interlock.core.registry import Action, Guard, Registry
 from interlock.core.run import Run, StageDef, stage_def
@@ -72,21 +71,21 @@ def register(reg: Registry) -> None:
     """``stage.is_*`` and ``run.*`` guards, ``run.finish`` and ``module.check``."""
     for stage in ("fit", "validate", "test", "predict"):
 
-        def is_stage(run: Run, params: Mapping[str, Any], stage: str = stage) -> Guard:
-            return lambda: run.stage == stage
+        def is_stage(params: Mapping[str, Any], stage: str = stage) -> Guard:
+            return lambda facts: facts.state.stage == stage
 
         is_stage.__doc__ = f"The stage being run is {stage}."
         reg.guard(f"stage.is_{stage}")(is_stage)
 
     @reg.guard("run.failed")
-    def failed(run: Run, params: Mapping[str, Any]) -> Guard:
+    def failed(params: Mapping[str, Any]) -> Guard:
         """An exception is ending the stage (not an interruption)."""
-        return lambda: run.error is not None and not isinstance(run.error, KeyboardInterrupt | Preempted)
+        return lambda facts: facts.state.status == "failed"
 
     @reg.guard("run.interrupted")
-    def interrupted(run: Run, params: Mapping[str, Any]) -> Guard:
+    def interrupted(params: Mapping[str, Any]) -> Guard:
         """Ctrl-C or a preemption signal is ending the stage."""
-        return lambda: isinstance(run.error, KeyboardInterrupt | Preempted)
+        return lambda facts: facts.state.status == "interrupted"
 
     @reg.action("run.finish")
     def finish(run: Run, params: Mapping[str, Any]) -> Action:
@@ -112,9 +111,9 @@ def register(reg: Registry) -> None:
     @reg.payload_key("error")
     def error(run: Run) -> Any:
         """``"Type: message"`` of that exception."""
-        return lambda: None if run.error is None else f"{type(run.error).__name__}: {run.error}"
+        return lambda: run.facts.error or None
 
     @reg.payload_key("where")
     def where(run: Run) -> Any:
         """The state it was raised in."""
-        return lambda: run.failed_in or None
+        return lambda: run.facts.failed_in or None

@@ -4,7 +4,10 @@
 (counter changes, observers, the leaf's event), runs the leaf's entry actions,
 then takes the first ``always`` transition whose guard holds, running the
 transition's actions on the way (exits, ``do``, entries of compound states). It
-stops in a state that waits for an event from outside (a final state). An
+stops in a state that waits for an event from outside (a final state). Which
+transition is taken is decided by :func:`~interlock.core.step.step`, from the leaf
+and the frozen :class:`~interlock.core.step.Facts` (state, counters, config): the
+guards are pure; what processes agree on, agreement actions on the chart agreed. An
 exception from any action or handler sends ``fail`` (``interrupt`` for Ctrl-C or
 preemption) from the state the chart is in; the stage then ends through the
 chart's teardown and the exception is raised with a note naming where it was
@@ -34,19 +37,22 @@ from typing import Any
 import attrs
 
 from interlock.core.chart import ActionRef, Chart, Transition, TransitionSpec
+from interlock.core.config import TrainerConfig
 from interlock.core.errors import Paused, Preempted, add_note
 from interlock.core.events import Event, EventBus
 from interlock.core.progress import Counters, compose
 from interlock.core.registry import NOOP, Registry
 from interlock.core.run import Run
 from interlock.core.slots import Fill, SlotError
-from interlock.core.state import TrainerState
+from interlock.core.state import Progress, TrainerState
+from interlock.core.step import Facts, GuardFn, check_agreement, step
 from interlock.core.updates import (
     BeginStage,
     Change,
     Interrupt,
     Merged,
     SaveCheckpoint,
+    SetFailure,
     SetStatus,
     Update,
     as_updates,
@@ -57,6 +63,10 @@ from interlock.core.updates import (
 __all__ = ["Runtime"]
 
 _Apply = Callable[[Any], None]
+
+_facts = tuple.__new__  # builds the Facts named tuple without a Python-level call
+#: State fields that are facts of the process and stage running now: a restore keeps them
+_LIVE = ("agreed", "limits", "manual_optimization", "eval_exhausted", "metric_modes", "error", "failed_in")
 
 
 class _Node:
@@ -92,7 +102,7 @@ class _Edge:
         self.trigger, self.guard_name, self.spec = trigger, guard_name, spec
         self.action_refs: tuple[ActionRef, ...] = ()
         self.enter_refs: tuple[ActionRef, ...] = ()
-        self.guard: Callable[[], bool] | None = None
+        self.guard: GuardFn | None = None
         self.actions: tuple[Callable[[], Any], ...] = ()
         self.enters: tuple[Callable[[], Any], ...] = ()
         self.ops: Callable[[Counters], None] | None = None
@@ -114,6 +124,11 @@ class Runtime:
         self.registry = registry
         registry.check_slots()
         chart.check_names(registry.actions, registry.guards, registry.counters, registry.payload)
+        check_agreement(
+            chart,
+            {n: e.agreed for n, e in registry.guards.items()},
+            {n: e.agrees for n, e in registry.actions.items()},
+        )
         self.counters = Counters()
         self._counts: dict[str, int] = dict.fromkeys(chart.leaves, 0)
         self._base = TrainerState()
@@ -123,7 +138,9 @@ class Runtime:
         self._pending_saves: list[SaveCheckpoint] = []
         self._checkpointable = chart.checkpoint_states
         self._effects: dict[type, _Apply] = {}
-        self._metric_mode: Callable[[str], str] = lambda name: "min"
+        self._facts: Facts | None = None
+        self._progress: Progress | None = None  # the counters frozen, until a counter operation
+        self._config = TrainerConfig()
         self._run: Run | None = None
         self._nodes: dict[str, _Node] = {}
         self._jump: str | None = None
@@ -133,7 +150,7 @@ class Runtime:
         self._holding = False  # a state's entry_once actions are running: saves wait for them
         self._filled: set[str] = set()  # the slots of the stage's run that are filled
         self._bound: dict[tuple[str, str], Callable[[], Any]] = {}  # (action, state) -> bound, this stage
-        self._bound_guards: dict[tuple[str, str], Callable[[], bool]] = {}
+        self._bound_guards: dict[tuple[str, str], GuardFn] = {}
         self._key_of: dict[int, tuple[str, str]] = {}  # id of a bound action -> its key (kept alive in _retired)
         self._retired: list[Callable[[], Any]] = []
         if state is not None:
@@ -159,9 +176,10 @@ class Runtime:
         """The current state, folded from the applied state and the live counters."""
         snap = self._snapshot
         if snap is None:
-            snap = self._snapshot = self._base.replace(
-                chart=self._at, progress=self.counters.freeze(), counts=dict(self._counts)
-            )
+            progress = self._progress
+            if progress is None:
+                progress = self._progress = self.counters.freeze()
+            snap = self._snapshot = self._base.replace(chart=self._at, progress=progress, counts=dict(self._counts))
         return snap
 
     @property
@@ -181,10 +199,10 @@ class Runtime:
         run.facts_ref = lambda: self._base
         self._bind(run)
         self._error = None
-        self._metric_mode = getattr(run.module, "mode_of", self._metric_mode)
+        self._config = run.plan.config
         paused = False
         try:
-            self.apply(BeginStage(stage))
+            self.apply(BeginStage(stage, getattr(run.module, "metric_modes", {})))
             edge = self._nodes[self._at].on.get("setup")
             if edge is None:
                 raise RuntimeError(f"a stage cannot start in state {self._at!r}: it has no 'setup' transition")
@@ -233,13 +251,16 @@ class Runtime:
             if self._jump is not None:
                 node = self._do_jump()
                 continue
-            for edge in node.always:
-                guard = edge.guard
-                if guard is None or guard():
-                    break
-            else:
+            facts = self._facts
+            if facts is None:
+                progress = self._progress
+                if progress is None:
+                    progress = self._progress = self.counters.freeze()
+                facts = self._facts = _facts(Facts, (self._base, progress, self._config))
+            decided = step(node, facts)
+            if decided is None:
                 return None
-            node = self._take(edge)
+            node = self._take(decided[0])
 
     def _take(self, edge: _Edge) -> _Node:
         """Run the transition's actions, count, enter the compound states on the way, move, emit the event."""
@@ -255,7 +276,7 @@ class Runtime:
                 raise
         if edge.ops is not None:
             edge.ops(self.counters)
-            self._snapshot = None
+            self._snapshot = self._facts = self._progress = None
         if edge.enters:
             try:
                 for action in edge.enters:
@@ -314,7 +335,8 @@ class Runtime:
         if self._error is None:
             self._error = (exc, where)
             if self._run is not None:
-                self._run.error, self._run.failed_in = exc, where
+                self._run.error = exc
+            self.apply(SetFailure(f"{type(exc).__name__}: {exc}", where))
         elif self._error[0] is not exc:  # a failure while failing: keep the first, remember this one
             add_note(self._error[0], f"interlock: then, in state {where!r}: {type(exc).__name__}: {exc}")
         interrupted = isinstance(self._error[0], KeyboardInterrupt | Preempted)
@@ -386,18 +408,11 @@ class Runtime:
             self._retired.append(fn)
         return fn
 
-    def _guard(self, name: str, where: str) -> Callable[[], bool]:
+    def _guard(self, name: str, where: str) -> GuardFn:
         key = (name, where)
         fn = self._bound_guards.get(key)
-        if fn is None:
-            assert self._run is not None
-            entry = self.registry.guards[name]
-            missing = [s for s in entry.reads if s not in self._filled]
-            if missing:
-                fn = self._unready("guard", name, missing)
-            else:
-                fn = entry.bind(self._run, self.chart.states[where].params)
-            self._bound_guards[key] = fn
+        if fn is None:  # a pure function of the facts: it gets the state's parameters, never the run
+            fn = self._bound_guards[key] = self.registry.guards[name].bind(self.chart.states[where].params)
         return fn
 
     def _unready(self, kind: str, name: str, missing: list[str]) -> Callable[[], Any]:
@@ -520,7 +535,7 @@ class Runtime:
         """Apply what an action returned; return whether it filled a slot (its bindings changed)."""
         if isinstance(out, Change):  # the common case of an action: one bookkeeping change
             self._base = self._base.replace(**out.changes(self.state))
-            self._snapshot = None
+            self._snapshot = self._facts = None
             return False
         updates = as_updates(out, "an action")
         fills = [u for u in updates if type(u) is Fill]
@@ -550,15 +565,8 @@ class Runtime:
         if merged.restore is not None:
             self.restore(state, jump=self._run is not None)
             return
-        if merged.metrics:
-            best = dict(state.best_metrics)
-            for name, value in merged.metrics.items():
-                old = best.get(name)
-                better = min if self._metric_mode(name) == "min" else max
-                best[name] = value if old is None else better(old, value)
-            state = state.replace(best_metrics=best)
         self._base = state
-        self._snapshot = state
+        self._snapshot, self._facts = state, None
 
     def restore(self, state: TrainerState, jump: bool = False) -> None:
         """Make ``state`` current: counters, event counts and chart position included.
@@ -566,11 +574,11 @@ class Runtime:
         With ``jump`` (a restore during a stage) the cursor moves to ``state.chart``
         once the current state's work is done, entering the states on the way.
         """
-        if jump:
+        if jump:  # the facts of this process and stage stay (agreements, limits, modes, a failure)
             self._jump = self.chart.resume_point(state.chart)
-            state = state.replace(chart=self._at)
+            state = state.replace(chart=self._at, **{k: getattr(self._base, k) for k in _LIVE})
         self._base = state
-        self._snapshot = None
+        self._snapshot = self._facts = self._progress = None
         self.counters.load(state.progress)  # in place: bound actions hold this object
         self._counts = dict.fromkeys(self.chart.leaves, 0)
         self._counts.update({k: v for k, v in state.counts.items() if k in self._counts})

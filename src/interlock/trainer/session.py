@@ -121,6 +121,6 @@ class Session:
         run = self.run(stage, module, {key: loader}, ckpt_path, datamodule)
         if stage == "predict":
             return run.predictions
-        results = list(run.loader_results)
+        results = [dict(r) for r in self.runtime.state.loader_results]
         results += [{} for _ in range(loader_count(run.feeds, key) - len(results))]
         return results

@@ -21,6 +21,7 @@ from interlock.core.extension import Extension
 from interlock.core.module import Module, overrides
 from interlock.core.run import Run, stage_def
 from interlock.core.state import TrainerState
+from interlock.core.step import Facts
 from interlock.listeners._tracking import LoggerListener
 from interlock.listeners.checkpoint import ModelCheckpoint
 from interlock.loops import default_registry
@@ -82,7 +83,8 @@ class Trainer:
         fast_dev_run: Run 1 (or N) batch of each loop to check the code paths.
         chart: A custom statechart file; every action and guard it names must be registered.
         actions: Your chart's actions by name, ``fn(run)`` returning ``None`` or updates (``{"ema.update": fn}``).
-        guards: Your chart's guards by name, ``fn(run) -> bool``.
+        guards: Your chart's guards by name, ``fn(facts) -> bool``: a pure function of the frozen
+            :class:`~interlock.core.step.Facts` (state, counters, config).
         extensions: :class:`~interlock.Extension` objects: actions, binders, guards, effects, payload keys,
             counter operations and slot types your chart names, each bundle under its own name
             (docs/extending.md). A name that another owner registered is an error naming both.
@@ -124,7 +126,7 @@ class Trainer:
         fast_dev_run: bool | int = False,
         chart: str | os.PathLike[str] | None = None,
         actions: Mapping[str, Callable[[Run], Any]] | None = None,
-        guards: Mapping[str, Callable[[Run], bool]] | None = None,
+        guards: Mapping[str, Callable[[Facts], bool]] | None = None,
         extensions: Sequence[Extension] = (),
         **lightning_only: Any,
     ) -> None:
@@ -187,8 +189,8 @@ class Trainer:
             self.registry.extend(ext)
         for name, fn in (actions or {}).items():
             self.registry.add_action(name, fn)
-        for name, fn in (guards or {}).items():
-            self.registry.add_guard(name, fn)
+        for name, guard in (guards or {}).items():
+            self.registry.add_guard(name, guard)
         self.bus = EventBus(self.statechart.leaves, self.statechart.tags)
         self.runtime = Runtime(self.statechart, self.bus, self.registry)
         self.listeners = order_listeners(installed)
