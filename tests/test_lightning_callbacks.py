@@ -321,7 +321,7 @@ def test_a_resumed_fit_does_not_rerun_the_batch_end_it_was_saved_in(tmp_path: Pa
 def test_a_trainer_without_callbacks_binds_none() -> None:
     """With no callbacks, or none overriding a hook, the hook's callback part is not bound at all."""
     plan = RunPlan("fit", interlock.Trainer(**QUIET).config, {}, "", ".")
-    run = Run(plan=plan, hardware=None, module=TinyModule(), slots={CallbacksSlot: CallbacksSlot()})
+    run = Run(plan=plan, module=TinyModule(), slots={CallbacksSlot: CallbacksSlot()})
     assert all(caller(run, hook, "train") is None for hook in CALLBACK_HOOKS)
     run.slots[CallbacksSlot] = CallbacksSlot(callbacks=(Callback(), Viewer()))
     assert caller(run, "on_fit_start", "train") is None

@@ -166,7 +166,7 @@ def test_bad_extension_arguments_are_refused_clearly() -> None:
 
 def test_an_unfilled_slot_is_named_when_read() -> None:
     """run.slot(T) of a slot no action has filled raises naming the type and what is filled."""
-    run = Run(plan=RunPlan("fit", interlock.Trainer(**only()).config, {}, "", "."), hardware=None, module=TinyModule())
+    run = Run(plan=RunPlan("fit", interlock.Trainer(**only()).config, {}, "", "."), module=TinyModule())
     with pytest.raises(SlotError, match=r"slot OptimSlot is not filled in this stage \(filled: none\)"):
         run.slot(OptimSlot)
     assert run.optimizers == [] and run.schedulers == []
@@ -239,6 +239,50 @@ def test_the_registry_lists_slot_declarations() -> None:
 
     reg: Registry = default_registry()
     assert reg.actions["optim.configure"].writes == ("optim",)
-    assert reg.actions["optim.step"].reads == ("optim",)
+    assert reg.actions["optim.step"].reads == ("optim", "hardware")
     assert reg.writers("optim") == ["optim.configure"]
     assert reg.slots["optim"].kind is OptimSlot
+
+
+def test_the_plugins_and_the_signal_flag_are_slots_their_readers_declare() -> None:
+    """``hardware`` and ``signals`` are typed slots; every built-in binder that reads one declares it."""
+    import inspect
+
+    from interlock.connectors.hardware_slot import HardwareSlot
+    from interlock.connectors.signals import SignalsSlot
+    from interlock.loops import default_registry
+
+    reg: Registry = default_registry()
+    assert reg.slots["hardware"].kind is HardwareSlot and reg.slots["signals"].kind is SignalsSlot
+    assert [f.name for f in attrs.fields(HardwareSlot)] == ["accelerator", "devices", "precision", "strategy"]
+    readers = {"hardware": 0, "signals": 0}
+    for entry in (*reg.actions.values(), *reg.guards.values()):
+        source = inspect.getsource(entry.bind)
+        for name, kind in (("hardware", HardwareSlot), ("signals", SignalsSlot)):
+            if f"slot({kind.__name__})" in source:
+                readers[name] += 1
+                assert name in entry.reads, (entry.name, entry.reads)
+    assert readers["hardware"] > 5 and readers["signals"] >= 3
+
+
+def test_a_run_starts_with_the_trainers_plugins_and_a_signal_flag(tmp_path: Path) -> None:
+    """The trainer's plugins fill the hardware slot of each run; fit's flag catches SIGINT, validate's none."""
+    import signal
+
+    from interlock.connectors.hardware_slot import HardwareSlot
+    from interlock.connectors.signals import SignalsSlot
+
+    trainer = interlock.Trainer(**only(), max_epochs=1, default_root_dir=str(tmp_path))
+    seen: dict[str, tuple[Any, Any]] = {}
+    session = trainer._session()
+    real = session.runtime.run
+
+    def spy(stage: str, run: Run) -> None:
+        seen[stage] = (run.slot(HardwareSlot), run.slot(SignalsSlot).flag.signals)
+        real(stage, run)
+
+    session.runtime.run = spy  # type: ignore[method-assign]
+    session.run("fit", TinyModule(), {"train": loader(8, 4), "val": None}, None)
+    session.run("validate", TinyModule(), {"val": loader(8, 4)}, None)
+    assert seen["fit"][0] is trainer.hardware and signal.SIGINT in seen["fit"][1]
+    assert seen["validate"][0] is trainer.hardware and seen["validate"][1] == ()

@@ -109,7 +109,7 @@ def test_from_dict_rejects_unknown_keys_and_newer_versions() -> None:
         TrainerState.from_dict({**TrainerState().to_dict(), "version": 99})
 
 
-@pytest.mark.parametrize(("field", "value"), [("stage", "train"), ("status", "done")])
+@pytest.mark.parametrize(("field", "value"), [("stage", "fit!"), ("status", "done")])
 def test_invalid_values_are_rejected_by_validators(field: str, value: Any) -> None:
     """evolve re-runs validators: a bad stage or status raises naming the field and value."""
     with pytest.raises(ValueError, match=f"{field}={value!r}"):
@@ -248,3 +248,15 @@ def test_a_modules_metric_modes_reach_the_state_at_the_stage_start() -> None:
     state = reduce(state, merge([("a", LogMetrics({"acc": 0.5}))]))
     state = reduce(state, merge([("a", LogMetrics({"acc": 0.9}))]))
     assert state.metric_modes == {"acc": "min"} and state.best_metrics == {"acc": 0.5}
+
+
+def test_a_stage_is_any_identifier_the_chart_names_and_a_bad_one_errors_clearly() -> None:
+    """The state takes a chart's own stage name; a malformed one, or one the chart lacks, errors naming the fix."""
+    from interlock.core.chart import load_chart
+    from interlock.core.run import stage_def
+
+    assert TrainerState(stage="distill").stage == "distill"
+    with pytest.raises(ValueError, match=r"stage='not a stage'.*identifier"):
+        TrainerState(stage="not a stage")
+    with pytest.raises(ValueError, match=r"no state 'distill'.*its stages: \['fit', 'validate', 'test', 'predict'\]"):
+        stage_def(load_chart(), "distill")

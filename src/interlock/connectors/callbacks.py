@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from interlock.connectors.data import feed_key, loader_count, num_batches
+from interlock.connectors.hardware_slot import HardwareSlot
 from interlock.core.logging import take
 from interlock.core.run import Run
 from interlock.core.slots import CallbacksSlot, OptimSlot
@@ -267,7 +268,7 @@ class TrainerView:
 
     @property
     def local_rank(self) -> int:
-        return int(getattr(self._run.hardware.strategy, "local_rank", 0))
+        return int(getattr(self._run.slot(HardwareSlot).strategy, "local_rank", 0))
 
     @property
     def world_size(self) -> int:

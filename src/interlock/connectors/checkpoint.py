@@ -34,12 +34,14 @@ from interlock.connectors.data import (
     set_generator_state,
     with_datamodule_state,
 )
+from interlock.connectors.hardware_slot import HardwareSlot
 from interlock.connectors.history import HistoryLog, fingerprint_of, read_history
 from interlock.connectors.metrics import scalars
 from interlock.connectors.optim import Scheduler
 from interlock.connectors.resume_check import check_optimizers, check_precision, check_rng, check_schedulers
 from interlock.connectors.rng import RestoreRNG, get_rng_states
 from interlock.connectors.rundir import check_run_dir, continued_run_dir
+from interlock.connectors.signals import SignalsSlot
 from interlock.core.config import TrainerConfig
 from interlock.core.errors import CheckpointError, Interrupted, Preempted
 from interlock.core.registry import Action, Registry
@@ -313,7 +315,7 @@ def nothing_to_train(state: TrainerState, config: TrainerConfig, at_epoch_end: b
 
 
 def _say(run: Run, line: str) -> None:
-    if run.hardware.strategy.is_global_zero:
+    if run.slot(HardwareSlot).strategy.is_global_zero:
         print(line, file=sys.stderr, flush=True)
 
 
@@ -363,7 +365,7 @@ def _write(run: Run, path: str, weights_only: bool = False, embed_history: bool 
     own = train.data.generator if train is not None else None
     if own is not None:  # the loader's own shuffling generator, as it is now (its next epoch draws from it)
         state = state.replace(data={**state.data, "generator": generator_state(own)})
-    strategy = run.hardware.strategy
+    strategy = run.slot(HardwareSlot).strategy
     history = None if embed_history else _history(run, state)
     if strategy.sharded_checkpoint:
         _write_sharded(run, path, state, train.data.data_state() if train is not None else None, history)
@@ -373,7 +375,7 @@ def _write(run: Run, path: str, weights_only: bool = False, embed_history: bool 
         run.module,
         run.optimizers,
         run.schedulers,
-        run.hardware.precision.state_dict(),
+        run.slot(HardwareSlot).precision.state_dict(),
         train.data.data_state() if train is not None else None,
         strategy,
         (lambda payload: save_callbacks(run, payload)) if run.callbacks and not weights_only else None,
@@ -399,7 +401,7 @@ def _history(run: Run, state: TrainerState) -> dict[str, Any]:
 
     Other ranks write nothing; their fingerprint is empty (only rank 0's checkpoint is written).
     """
-    if not run.hardware.strategy.is_global_zero:
+    if not run.slot(HardwareSlot).strategy.is_global_zero:
         return {}
     check_run_dir(run)  # a deleted run directory is not silently recreated by the history either
     slot = run.checkpoint
@@ -413,7 +415,7 @@ def _write_sharded(
     run: Run, path: str, state: TrainerState, data_state: Any, history: Mapping[str, Any] | None
 ) -> None:
     """Every rank writes its shards (no gather) and RNG states; rank 0 the trainer state and the manifest."""
-    strategy = run.hardware.strategy
+    strategy = run.slot(HardwareSlot).strategy
     state_dict = (state if history is None else state.replace(history=())).to_dict()
     if data_state is not None:
         state_dict["data"] = {**state_dict["data"], "dataset": data_state}
@@ -423,7 +425,7 @@ def _write_sharded(
         "state": state_dict,
         **({"history": dict(history)} if history is not None else {}),
         "schedulers": [s.scheduler.state_dict() for s in run.schedulers],
-        "precision": dict(run.hardware.precision.state_dict()),
+        "precision": dict(run.slot(HardwareSlot).precision.state_dict()),
         "rng": rng,
     }
     save_callbacks(run, meta)
@@ -453,7 +455,7 @@ def read_checkpoint(io: TorchCheckpointIO, path: Path, map_location: Any, rank: 
 def register(reg: Registry) -> None:
     """``checkpoint.*`` actions and the ``SaveCheckpoint`` effect (the writer)."""
 
-    @reg.action("checkpoint.load")
+    @reg.action("checkpoint.load", reads=("hardware",))
     def load(run: Run, params: Mapping[str, Any]) -> Action:
         """Read ckpt_path and check it against the module; a resumed fit continues in the run the file is in."""
 
@@ -461,7 +463,7 @@ def register(reg: Registry) -> None:
             if run.plan.ckpt_path is None:
                 return None
             path = resolve_ckpt_path(run.plan.ckpt_path, Path(run.plan.root), run.plan.run_dir)
-            ckpt = read_checkpoint(run.checkpoint.io, path, run.device, run.hardware.strategy.global_rank)
+            ckpt = read_checkpoint(run.checkpoint.io, path, run.device, run.slot(HardwareSlot).strategy.global_rank)
             source = str(path)
             if run.stage != "fit":
                 check_fits(ckpt, run.module, source)
@@ -492,20 +494,20 @@ def register(reg: Registry) -> None:
 
         return act
 
-    @reg.action("checkpoint.load_weights")
+    @reg.action("checkpoint.load_weights", reads=("hardware",))
     def load_weights(run: Run, params: Mapping[str, Any]) -> Action:
         """Load the checkpoint's weights into the module (validate/test/predict with ckpt_path)."""
 
         def act() -> None:
             loaded, run.checkpoint.loaded = run.checkpoint.loaded, None
             if loaded is not None and loaded[0].get("sharded"):
-                run.hardware.strategy.load_sharded(loaded[0]["sharded"], run.module, [])
+                run.slot(HardwareSlot).strategy.load_sharded(loaded[0]["sharded"], run.module, [])
             elif loaded is not None:
-                run.hardware.strategy.load_model_state_dict(run.module, loaded[0]["model"])
+                run.slot(HardwareSlot).strategy.load_model_state_dict(run.module, loaded[0]["model"])
 
         return act
 
-    @reg.action("checkpoint.restore")
+    @reg.action("checkpoint.restore", reads=("hardware",))
     def restore_(run: Run, params: Mapping[str, Any]) -> Action:
         """Resume: check the whole checkpoint, load it, return its state; a second fit continues with the next epoch."""
 
@@ -514,9 +516,9 @@ def register(reg: Registry) -> None:
             if loaded is None:
                 return _continue(run)
             ckpt, source, saved = loaded
-            strategy = run.hardware.strategy
+            strategy = run.slot(HardwareSlot).strategy
             restore(ckpt, run.module, run.optimizers, run.schedulers, source, strategy)
-            run.hardware.precision.load_state_dict(ckpt.get("precision", {}))
+            run.slot(HardwareSlot).precision.load_state_dict(ckpt.get("precision", {}))
             load_datamodule_state(run, saved)
             now = run.state  # this process's rank and run directory, not the saving process's
             train = run.feeds.get("train")
@@ -548,19 +550,19 @@ def register(reg: Registry) -> None:
 
         return act
 
-    @reg.action("checkpoint.save_preempted")
+    @reg.action("checkpoint.save_preempted", reads=("signals",))
     def save_preempted(run: Run, params: Mapping[str, Any]) -> Action:
         """Save ``last.ckpt`` here (a batch boundary); end the fit as interrupted by the signal (or Ctrl-C)."""
 
         def act() -> list[Update]:
             path = str(Path(run.state.run_dir or run.plan.run_dir) / "checkpoints" / "last.ckpt")
-            signum = run.signals.signum
+            signum = run.slot(SignalsSlot).signum
             stop: BaseException = Interrupted(path) if signum == signal.SIGINT else Preempted(signum)
             return [SaveCheckpoint(path, "preempted"), Interrupt(stop)]
 
         return act
 
-    @reg.action("checkpoint.wait")
+    @reg.action("checkpoint.wait", reads=("hardware",))
     def wait(run: Run, params: Mapping[str, Any]) -> Action:
         """Wait until every checkpoint of the stage (file or sharded) is durable; raise the first failure."""
 
@@ -568,7 +570,7 @@ def register(reg: Registry) -> None:
             try:
                 run.checkpoint.io.wait()
             finally:
-                run.hardware.strategy.wait_for_checkpoints()
+                run.slot(HardwareSlot).strategy.wait_for_checkpoints()
 
         return act
 
@@ -578,10 +580,10 @@ def register(reg: Registry) -> None:
 
         def save(request: SaveCheckpoint) -> None:
             _write(run, request.path, request.weights_only)
-            if run.hardware.strategy.is_global_zero:
+            if run.slot(HardwareSlot).strategy.is_global_zero:
                 for old in request.replaces:
                     if is_sharded(old):
-                        run.hardware.strategy.sharded_io().remove(old, replaced_by=request.path)
+                        run.slot(HardwareSlot).strategy.sharded_io().remove(old, replaced_by=request.path)
                     else:
                         run.checkpoint.io.remove_checkpoint(old, replaced_by=request.path)
 

@@ -19,6 +19,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Sampler, SequentialSampler
 
 from interlock.connectors.fastfetch import FastTensorLoader
+from interlock.connectors.hardware_slot import HardwareSlot
 from interlock.connectors.rng import get_rng_states, seed_workers, set_rng_states
 from interlock.core.config import TrainerConfig
 from interlock.core.datamodule import LOADER_METHODS, provides
@@ -444,7 +445,7 @@ def register(reg: Registry) -> None:
     ``data.fetch`` and ``data.teardown``.
     """
 
-    @reg.action("data.prepare")
+    @reg.action("data.prepare", reads=("hardware",))
     def prepare(run: Run, params: Mapping[str, Any]) -> Action:
         """The data module's ``prepare_data()``, then the module's: once per machine (local rank 0), the others wait.
 
@@ -452,7 +453,7 @@ def register(reg: Registry) -> None:
         """
 
         def act() -> None:
-            strategy = run.hardware.strategy
+            strategy = run.slot(HardwareSlot).strategy
             dm, module = run.plan.datamodule, run.module
             owners = [dm] if dm is not None and callable(getattr(dm, "prepare_data", None)) else []
             if overrides(module, "prepare_data"):  # then the module's own, as Lightning

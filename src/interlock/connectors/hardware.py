@@ -6,11 +6,10 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import attrs
 import torch
 
-from interlock.accelerators.base import Accelerator
 from interlock.accelerators.registry import select_accelerator
+from interlock.connectors.hardware_slot import HardwareSlot
 from interlock.connectors.optim import accumulation
 from interlock.core.module import Module, overrides
 from interlock.core.registry import Action, Registry
@@ -19,38 +18,17 @@ from interlock.core.slots import DeviceSlot, DistSlot, Fill
 from interlock.core.updates import SetRunInfo
 from interlock.plugins.ddp import DDPSpawnStrategy, DDPStrategy
 from interlock.plugins.environments import ClusterEnvironment, LocalEnvironment, detect_environment
-from interlock.plugins.precision import Precision, precision_plugin
+from interlock.plugins.precision import precision_plugin
 from interlock.plugins.strategy import SingleDevice, Strategy
 
-__all__ = ["STRATEGIES", "Hardware", "register", "resolve_hardware"]
+__all__ = ["STRATEGIES", "HardwareSlot", "register", "resolve_hardware"]
 
 STRATEGIES = ("auto", "single_device", "ddp", "ddp_sharded", "ddp_spawn", "fsdp", "fsdp_sharded")
 
 
-@attrs.define
-class Hardware:
-    """The chosen setup; ``describe()`` states it once at start."""
-
-    accelerator: Accelerator
-    devices: list[int]
-    precision: Precision
-    strategy: Strategy
-
-    @property
-    def device(self) -> torch.device:
-        """The device of this process: the selected device at its local rank."""
-        return self.accelerator.device(self.devices[self.strategy.local_rank])
-
-    def describe(self) -> str:
-        return (
-            f"interlock: accelerator={self.accelerator.name} devices={self.devices} "
-            f"strategy={self.strategy.describe()} precision={self.precision.flag}"
-        )
-
-
 def resolve_hardware(
     accelerator: Any, devices: Any, strategy: str, precision: Any, environ: Mapping[str, str] | None = None
-) -> Hardware:
+) -> HardwareSlot:
     """Validate the combination; raise ``ValueError`` naming the flag and the fix.
 
     ``environ`` (default ``os.environ``) tells whether a launcher such as torchrun or
@@ -95,7 +73,7 @@ def resolve_hardware(
             f"as local rank {env.local_rank()}; pass devices= the number of processes per node"
         )
     prec.setup(acc.device(indices[0]).type)
-    return Hardware(acc, indices, prec, build_strategy(strategy, len(indices), env))
+    return HardwareSlot(acc, indices, prec, build_strategy(strategy, len(indices), env))
 
 
 def build_strategy(name: str, num_devices: int, environment: ClusterEnvironment | None = None) -> Strategy:
@@ -156,13 +134,14 @@ def _with_hooks(
 
 def register(reg: Registry) -> None:
     """The plugins' actions, dispatched by the chart: ``accelerator.*``, ``strategy.*``, ``precision.*``."""
+    reg.slot("hardware", HardwareSlot, owner=__name__)
 
-    @reg.action("accelerator.setup", writes=("device",))
+    @reg.action("accelerator.setup", writes=("device",), reads=("hardware",))
     def accelerator_setup(run: Run, params: Mapping[str, Any]) -> Action:
         """Select this process's device; batches are moved to it when it is not the CPU (fills ``device``)."""
 
         def act() -> Fill:
-            hw: Hardware = run.hardware
+            hw: HardwareSlot = run.slot(HardwareSlot)
             device = hw.device
             hw.accelerator.setup_device(device)
             move = None if device.type == "cpu" else (lambda batch: hw.accelerator.move_to_device(batch, device))
@@ -180,32 +159,32 @@ def register(reg: Registry) -> None:
 
         return act
 
-    @reg.action("strategy.setup_environment")
+    @reg.action("strategy.setup_environment", reads=("hardware",))
     def setup_environment(run: Run, params: Mapping[str, Any]) -> Action:
         """Join the process group (DDP/FSDP) on the accelerator's backend."""
 
         def act() -> SetRunInfo:
-            hw: Hardware = run.hardware
+            hw: HardwareSlot = run.slot(HardwareSlot)
             hw.strategy.setup_environment(run.device, hw.accelerator.default_backend())
             return SetRunInfo(global_rank=hw.strategy.global_rank, world_size=hw.strategy.world_size)
 
         return act
 
-    @reg.action("precision.convert_module")
+    @reg.action("precision.convert_module", reads=("hardware",))
     def convert_module(run: Run, params: Mapping[str, Any]) -> Action:
         """Move the module to the device and cast it to the precision's parameter dtype."""
 
         def act() -> None:
-            run.module = run.hardware.precision.convert_module(run.module.to(run.device))
+            run.module = run.slot(HardwareSlot).precision.convert_module(run.module.to(run.device))
 
         return act
 
-    @reg.action("strategy.setup_module", writes=("dist",))
+    @reg.action("strategy.setup_module", writes=("dist",), reads=("hardware",))
     def setup_module(run: Run, params: Mapping[str, Any]) -> Action:
         """Wrap the module as the strategy needs (DDP, FSDP), filling ``dist``; say which hardware runs the stage."""
 
         def act() -> Fill:
-            hw: Hardware = run.hardware
+            hw: HardwareSlot = run.slot(HardwareSlot)
             dist = hw.strategy.setup_module(run.module, run.device)
             if run.stage == "fit" and hw.strategy.is_global_zero:
                 print(hw.describe(), file=sys.stderr)
@@ -213,29 +192,30 @@ def register(reg: Registry) -> None:
 
         return act
 
-    @reg.action("precision.backward")
+    @reg.action("precision.backward", reads=("hardware",))
     def backward(run: Run, params: Mapping[str, Any]) -> Action:
         """Backpropagate the step's loss (scaled for 16-mixed, divided by accumulate_grad_batches).
 
         Through the module's ``backward(loss)`` when it overrides it (Lightning's hook).
         """
-        own = run.module.backward if overrides(run.module, "backward") else None
+        module: Any = run.module  # a Lightning-style module: its backward(loss) hook
+        own: Callable[..., None] | None = module.backward if overrides(module, "backward") else None
         scheduled = accumulation(run)
         every = run.config.accumulate_grad_batches if scheduled is None else scheduled
-        return run.hardware.precision.backward_action(run.step, every, own)  # type: ignore[no-any-return]
+        return run.slot(HardwareSlot).precision.backward_action(run.step, every, own)
 
-    @reg.action("strategy.teardown", writes=("dist",))
+    @reg.action("strategy.teardown", writes=("dist",), reads=("hardware",))
     def strategy_teardown(run: Run, params: Mapping[str, Any]) -> Action:
         """Release the strategy's wrappers now, not at interpreter exit (the process group stays for the next stage)."""
 
         def act() -> Fill:
             run.steps.clear()  # the DDP/FSDP wrapper and its reducer die here, while the process group is alive
-            run.hardware.strategy.teardown()
+            run.slot(HardwareSlot).strategy.teardown()
             return Fill(DistSlot())
 
         return act
 
-    @reg.action("accelerator.teardown")
+    @reg.action("accelerator.teardown", reads=("hardware",))
     def accelerator_teardown(run: Run, params: Mapping[str, Any]) -> Action:
         """Release what the accelerator holds."""
-        return run.hardware.accelerator.teardown  # type: ignore[no-any-return]
+        return run.slot(HardwareSlot).accelerator.teardown

@@ -10,6 +10,7 @@ from typing import Any
 import attrs
 import torch
 
+from interlock.connectors.hardware_slot import HardwareSlot
 from interlock.connectors.metrics import loss_of
 from interlock.core.module import overrides, takes_batch_idx
 from interlock.core.progress import Counters
@@ -226,14 +227,14 @@ class _Closure:
             optimizer.zero_grad()
         with torch.enable_grad():
             fn: Any = run.steps.get("training_step") or module.training_step
-            fn = run.hardware.precision.forward(fn, run.device.type)
+            fn = run.slot(HardwareSlot).precision.forward(fn, run.device.type)
             outputs = (
                 fn(run.step.batch, run.step.index) if takes_batch_idx(module.training_step) else fn(run.step.batch)
             )
             module.__dict__.pop("_interlock_logs", None)  # a re-evaluation logs nothing (its step already did)
             loss = loss_of(outputs)
             backward = module.backward if overrides(module, "backward") else None
-            run.hardware.precision.backward(loss) if backward is None else backward(loss)
+            run.slot(HardwareSlot).precision.backward(loss) if backward is None else backward(loss)
         return loss
 
 
@@ -246,7 +247,7 @@ def module_step_action(run: Run) -> Callable[[], None]:
     the step unless the module zeroes them itself (``optimizer_zero_grad``, before backward).
     """
     module: Any = run.module
-    cfg, precision, step, counters = run.config, run.hardware.precision, run.step, run.counters
+    cfg, precision, step, counters = run.config, run.slot(HardwareSlot).precision, run.step, run.counters
     custom_clip = overrides(module, "configure_gradient_clipping")
     custom_step = overrides(module, "optimizer_step")
     zero_after = not overrides(module, "optimizer_zero_grad")
@@ -376,7 +377,7 @@ def register(reg: Registry) -> None:
 
         return due
 
-    @reg.action("optim.step", reads=("optim",))
+    @reg.action("optim.step", reads=("optim", "hardware"))
     def step(run: Run, params: Mapping[str, Any]) -> Action:
         """Step every optimizer through the precision plugin (clipping first), zero the grads, step schedulers.
 
@@ -390,7 +391,7 @@ def register(reg: Registry) -> None:
         if custom or any(_needs_closure(o) for o in optim.optimizers):
             stepper = module_step_action(run)
         else:
-            stepper = run.hardware.precision.step_action(
+            stepper = run.slot(HardwareSlot).precision.step_action(
                 optim.optimizers, cfg.gradient_clip_val, cfg.gradient_clip_algorithm == "norm"
             )
 

@@ -19,6 +19,7 @@ from typing import Any
 import attrs
 import torch
 
+from interlock.connectors.hardware_slot import HardwareSlot
 from interlock.core.config import TrainerConfig
 from interlock.core.run import Run
 
@@ -30,7 +31,7 @@ FORMAT = "interlock.trainer/1"
 
 def recipe_of(run: Run) -> dict[str, Any]:
     """What ``RUN/trainer.json`` holds for ``run`` (plain JSON data)."""
-    hw = run.hardware
+    hw = run.slot(HardwareSlot)
     return {
         "format": FORMAT,
         "config": attrs.asdict(run.plan.config),

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from interlock.connectors.hardware_slot import HardwareSlot
 from interlock.connectors.recipe import record_recipe
 from interlock.core.chart import Chart
 from interlock.core.errors import OutputError, RunDirectoryInUse
@@ -270,12 +271,12 @@ def register(reg: Registry) -> None:
     (:func:`~interlock.connectors.recipe.record_recipe`).
     """
 
-    @reg.action("rundir.claim")
+    @reg.action("rundir.claim", reads=("hardware",))
     def claim(run: Run, params: Mapping[str, Any]) -> Action:
         """Claim the run directory (continued, or a new runs/version_N) and lock it against a second writer."""
 
         def act() -> SetRunInfo:
-            strategy = run.hardware.strategy
+            strategy = run.slot(HardwareSlot).strategy
             current = run.state.run_dir  # a checkpoint's run (checkpoint.load) or this trainer's own
             root = Path(run.plan.root)
             error: BaseException | None = None

@@ -23,12 +23,15 @@ from collections.abc import Iterable, Mapping
 from types import FrameType
 from typing import Any
 
+import attrs
+
+from interlock.connectors.hardware_slot import HardwareSlot
 from interlock.core.registry import Action, Guard, Registry
 from interlock.core.run import Run
 from interlock.core.step import Facts
 from interlock.core.updates import Agree
 
-__all__ = ["PreemptionFlag", "Signals", "register"]
+__all__ = ["PreemptionFlag", "SignalsSlot", "register"]
 
 
 class PreemptionFlag:
@@ -76,11 +79,14 @@ class PreemptionFlag:
         self._previous.clear()
 
 
-class Signals:
-    """The run's preemption flag (what the processes agreed is in ``state.agreed``)."""
+@attrs.define(slots=True, eq=False)
+class SignalsSlot:
+    """The run's preemption flag (owner: ``signals``); what the processes agreed is in ``state.agreed``.
 
-    def __init__(self, flag: PreemptionFlag) -> None:
-        self.flag = flag
+    Filled when the run is made: fit catches the preemption signals and the first Ctrl-C, other stages none.
+    """
+
+    flag: PreemptionFlag = attrs.field(factory=lambda: PreemptionFlag(()))
 
     @property
     def signum(self) -> int:
@@ -94,14 +100,15 @@ def _changed(run: Run, fact: str, value: bool) -> Agree | None:
 
 def register(reg: Registry) -> None:
     """``signals.*`` actions and guards."""
+    reg.slot("signals", SignalsSlot, owner=__name__)
 
-    @reg.action("signals.install")
+    @reg.action("signals.install", reads=("hardware", "signals"))
     def install(run: Run, params: Mapping[str, Any]) -> Action:
         """Catch preemption signals (SIGTERM; SIGUSR1 under SLURM) and the first Ctrl-C: a save and an exit follow."""
-        flag = run.signals.flag
+        flag = run.slot(SignalsSlot).flag
 
         def act() -> None:
-            if run.hardware.strategy.is_global_zero and signal.SIGINT in flag.signals:
+            if run.slot(HardwareSlot).strategy.is_global_zero and signal.SIGINT in flag.signals:
                 last = os.path.join(run.state.run_dir or run.plan.run_dir, "checkpoints", "last.ckpt")
                 flag.notice = (
                     f"\ninterlock: Ctrl-C: saving {last} at the next batch boundary, then stopping "
@@ -111,15 +118,15 @@ def register(reg: Registry) -> None:
 
         return act
 
-    @reg.action("signals.uninstall")
+    @reg.action("signals.uninstall", reads=("signals",))
     def uninstall(run: Run, params: Mapping[str, Any]) -> Action:
         """Give the signals back to their previous handlers."""
-        return run.signals.flag.uninstall  # type: ignore[no-any-return]
+        return run.slot(SignalsSlot).flag.uninstall
 
-    @reg.action("signals.vote", agrees=("stop", "preempted"))
+    @reg.action("signals.vote", agrees=("stop", "preempted"), reads=("hardware", "signals"))
     def vote(run: Run, params: Mapping[str, Any]) -> Action:
         """Agree across processes, without blocking, whether to stop or to save and exit."""
-        counters, flag, facts = run.counters, run.signals.flag, run.facts_ref
+        counters, flag, facts = run.counters, run.slot(SignalsSlot).flag, run.facts_ref
 
         def alone() -> Agree | None:  # one process: the flags as they are
             state = facts()
@@ -139,12 +146,12 @@ def register(reg: Registry) -> None:
                 return None
             return Agree({"stop": stop, "preempted": preempted})
 
-        return alone if run.hardware.strategy.world_size == 1 else act
+        return alone if run.slot(HardwareSlot).strategy.world_size == 1 else act
 
-    @reg.action("signals.agree_preempted", agrees=("preempted",))
+    @reg.action("signals.agree_preempted", agrees=("preempted",), reads=("signals",))
     def agree_preempted(run: Run, params: Mapping[str, Any]) -> Action:
         """Agree across processes (blocking) whether a preemption signal arrived in any of them."""
-        flag = run.signals.flag
+        flag = run.slot(SignalsSlot).flag
 
         def act() -> Agree | None:
             received = flag.received is not None

@@ -41,7 +41,12 @@ def stage_def(chart: Chart, stage: str) -> StageDef:
     """The definition of ``stage`` in ``chart``; ``ValueError`` naming what is missing or malformed."""
     spec = chart.states.get(stage)
     if spec is None:
-        raise ValueError(f"chart {chart.source} has no state {stage!r}, so it cannot run Trainer.{stage}()")
+        stages = [
+            n for n, st in chart.states.items() if "." not in n and isinstance(st.params.get("loaders"), list | tuple)
+        ]
+        raise ValueError(
+            f"chart {chart.source} has no state {stage!r}, so it cannot run stage {stage!r}; its stages: {stages}"
+        )
     params = spec.params
     loaders, requires, steps = params.get("loaders"), params.get("requires", ()), params.get("loader_steps", {})
     if not isinstance(loaders, list | tuple):
@@ -111,25 +116,23 @@ def _no_state() -> TrainerState:
 class Run:
     """The live objects of one stage, shared by its actions and guards.
 
-    ``hardware`` holds the accelerator, precision and strategy plugins;
-    ``dist`` what the strategy set up (step wrappers, metric reduction, stop
+    ``dist`` is what the strategy set up (step wrappers, metric reduction, stop
     agreement); ``feeds`` one data feed per loader (``train``, ``val``, ...).
     ``counters`` and ``state`` are the runtime's, read-only here.
 
     ``slots`` holds one typed slot per owner (:mod:`interlock.core.slots`), by type:
-    ``run.slot(OptimSlot)``; an extension's slot types live there too. An action fills or
+    ``run.slot(OptimSlot)``; the plugins (``hardware``) and the preemption flag (``signals``) are
+    slots filled when the run is made. An extension's slot types live there too. An action fills or
     replaces a slot by returning ``Fill(slot)``, never by assigning here.
     """
 
     plan: RunPlan
-    hardware: Any
     module: torch.nn.Module
     counters: Counters = attrs.field(factory=Counters)
     state_ref: Callable[[], TrainerState] = _no_state
     facts_ref: Callable[[], TrainerState] = _no_state
     feeds: dict[str, Any] = attrs.field(factory=dict)
     step: Step = attrs.field(factory=Step)
-    signals: Any = None
     predictions: list[Any] = attrs.field(factory=list)
     #: the exception that is ending the stage (its text and where it was raised are in the state)
     error: BaseException | None = None

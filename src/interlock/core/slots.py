@@ -40,7 +40,6 @@ __all__ = [
     "Fill",
     "OptimSlot",
     "RngSlot",
-    "ScheduleSlot",
     "SlotError",
     "SlotSpec",
 ]
@@ -134,13 +133,6 @@ class RngSlot:
 
 
 @attrs.define(slots=True, eq=False)
-class ScheduleSlot:
-    """The validation schedule of the stage, computed once the training data is known (owner: ``schedule``)."""
-
-    val: Any = None
-
-
-@attrs.define(slots=True, eq=False)
 class DeviceSlot:
     """The device of this process and how a fetched batch gets onto it (owner: ``accelerator``).
 
@@ -182,5 +174,4 @@ BUILTIN_SLOTS: dict[str, tuple[type, str]] = {
     "dist": (DistSlot, "interlock.connectors.hardware"),
     "data": (DataSlot, "interlock.connectors.data"),
     "rng": (RngSlot, "interlock.connectors.rng"),
-    "schedule": (ScheduleSlot, "interlock.loops.schedule"),
 }

@@ -19,7 +19,6 @@ __all__ = ["STATE_VERSION", "History", "Progress", "TrainerState", "freeze", "mo
 #: ``metric_modes``, ``error``/``failed_in`` and ``loader_results``; a version-1 state loads with their defaults.
 STATE_VERSION = 2
 STATUSES = ("idle", "running", "finished", "interrupted", "failed")
-STAGES = ("", "fit", "validate", "test", "predict")
 
 
 def freeze(value: Any) -> Any:
@@ -117,6 +116,15 @@ def _one_of(choices: tuple[str, ...]) -> Any:
     return check
 
 
+def _stage_name(instance: Any, attribute: attrs.Attribute[Any], value: str) -> None:
+    """A stage is named by a state of the chart (``fit``, or a chart's own); the runtime checks it is one."""
+    if not isinstance(value, str) or not (value == "" or value.isidentifier()):
+        raise ValueError(
+            f"{type(instance).__name__}.{attribute.name}={value!r}; a stage is the name of a stage state of the "
+            "chart (an identifier such as 'fit' or 'validate'), or '' for none"
+        )
+
+
 _int = attrs.field(default=0, validator=_non_negative)
 
 
@@ -144,7 +152,7 @@ class TrainerState:
     """The whole known state of a run. Change it only through updates."""
 
     chart: str = "idle"
-    stage: str = attrs.field(default="", validator=_one_of(STAGES))
+    stage: str = attrs.field(default="", validator=_stage_name)
     status: str = attrs.field(default="idle", validator=_one_of(STATUSES))
     progress: Progress = attrs.field(factory=Progress)
     counts: Mapping[str, int] = attrs.field(factory=dict, converter=freeze)

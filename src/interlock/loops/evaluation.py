@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from interlock.connectors.data import Feed, feed_key, loader_count
+from interlock.connectors.hardware_slot import HardwareSlot
 from interlock.connectors.metrics import batch_size, logged_values, scalars
 from interlock.core import reduce32
 from interlock.core.config import TrainerConfig
@@ -56,7 +57,7 @@ def means(sums: Mapping[str, float], f64: bool = False) -> dict[str, float]:
 
 def _f64(run: Run) -> bool:
     """Whether the run's metrics accumulate in float64 (``precision="64-true"``, as Lightning's)."""
-    return bool(run.hardware.precision.param_dtype == torch.float64)
+    return bool(run.slot(HardwareSlot).precision.param_dtype == torch.float64)
 
 
 def limit_of(config: TrainerConfig, params: Mapping[str, Any], limit: int | None) -> int | None:
@@ -219,7 +220,7 @@ def register(reg: Registry) -> None:
 
         return fetched_
 
-    @reg.action("eval.step", reads=("device", "dist"))
+    @reg.action("eval.step", reads=("device", "dist", "hardware"))
     def step_(run: Run, params: Mapping[str, Any]) -> Action:
         """Run the loop's step without gradients; add its scalars to the sums (or keep the prediction)."""
         key, name = _params(params, "eval.step")
@@ -242,7 +243,7 @@ def register(reg: Registry) -> None:
                 if count > 1:
                     _check_takes_index(run.module, name, count)
             fn = steps.get(name) or getattr(run.module, name)
-            call = run.hardware.precision.forward(fn, device)
+            call = run.slot(HardwareSlot).precision.forward(fn, device)
             extra = (counters.eval_loader,) if count > 1 else ()  # Lightning: only with several loaders
             with torch.no_grad():
                 if with_idx:
@@ -286,7 +287,7 @@ def register(reg: Registry) -> None:
         key, _ = _params(params, "eval.limit_reached")
         return lambda facts: _reached(facts, params, key)
 
-    @reg.action("eval.log")
+    @reg.action("eval.log", reads=("hardware",))
     def log(run: Run, params: Mapping[str, Any]) -> Action:
         """Log the loader's metrics (averaged over processes) and add them to the history; clear the sums.
 

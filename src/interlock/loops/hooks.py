@@ -17,6 +17,7 @@ from typing import Any
 
 from interlock.connectors import callbacks
 from interlock.connectors.data import loader_count
+from interlock.connectors.hardware_slot import HardwareSlot
 from interlock.connectors.metrics import batch_size
 from interlock.connectors.optim import accumulation
 from interlock.core.logging import take
@@ -250,16 +251,16 @@ def register(reg: Registry) -> None:
             return NOOP
         return lambda: callbacks.view(run).take_updates()
 
-    @reg.action("module.attach")
+    @reg.action("module.attach", reads=("hardware",))
     def attach(run: Run, params: Mapping[str, Any]) -> Action:
         """Show the module the stage's counters, optimizers and backward (not the trainer); warn on misnamed hooks."""
 
         def act() -> None:
             module: Any = run.module
             check_hook_names(module)
-            precision = run.hardware.precision
+            precision = run.slot(HardwareSlot).precision
             if hasattr(module, "attach"):
-                strategy = run.hardware.strategy
+                strategy = run.slot(HardwareSlot).strategy
                 backward = precision.backward
                 if overrides(module, "backward"):  # manual_backward goes through the module's backward (Lightning's)
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from interlock.connectors.hardware_slot import HardwareSlot
 from interlock.core.registry import Registry
 from interlock.core.run import Run
 from interlock.core.summary import describe
@@ -26,7 +27,7 @@ def register(reg: Registry) -> None:
     @reg.payload_key("summary", lazy=True)
     def summary(run: Run) -> Any:
         """The module's layers, parameter counts and modes (a ``ModuleSummary``, built when first read)."""
-        return lambda: describe(run.module, run.hardware.precision.flag)
+        return lambda: describe(run.module, run.slot(HardwareSlot).precision.flag)
 
     @reg.payload_key("parameters", lazy=True)
     def parameters(run: Run) -> Any:

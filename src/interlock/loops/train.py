@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from interlock.connectors.hardware_slot import HardwareSlot
 from interlock.connectors.metrics import batch_size, loss_of
 from interlock.core.logging import take
 from interlock.core.module import takes_batch_idx
@@ -40,10 +41,10 @@ def register(reg: Registry) -> None:
         """Put the module in training mode."""
         return lambda: run.module.train() and None
 
-    @reg.action("module.training_step", reads=("data", "device", "dist"))
+    @reg.action("module.training_step", reads=("data", "device", "dist", "hardware"))
     def training_step(run: Run, params: Mapping[str, Any]) -> Action:
         """Run ``training_step(batch, batch_idx)`` (through the strategy's wrapper and the precision's autocast)."""
-        step, steps, precision = run.step, run.slot(DistSlot).steps, run.hardware.precision
+        step, steps, precision = run.step, run.slot(DistSlot).steps, run.slot(HardwareSlot).precision
         wrap = None if precision.is_plain else precision.forward
         feed, device = run.slot(DataSlot).feeds.get("train"), run.slot(DeviceSlot).device.type
         mdict = run.module.__dict__  # what the module logs is buffered here (self.log)

@@ -42,7 +42,7 @@ from interlock.core.errors import Paused, Preempted, add_note
 from interlock.core.events import Event, EventBus
 from interlock.core.progress import Counters, compose
 from interlock.core.registry import NOOP, Registry
-from interlock.core.run import Run
+from interlock.core.run import Run, stage_def
 from interlock.core.slots import Fill, SlotError
 from interlock.core.state import Progress, TrainerState
 from interlock.core.step import Facts, GuardFn, check_agreement, step
@@ -193,6 +193,7 @@ class Runtime:
 
         Raises the exception that ended the stage, if any, once the chart has torn it down.
         """
+        stage_def(self.chart, stage)  # a stage of this chart, or an error naming its stages
         run.counters = self.counters
         run.chart = self.chart
         run.state_ref = lambda: self.state

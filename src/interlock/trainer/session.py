@@ -15,14 +15,14 @@ from typing import Any
 import attrs
 
 from interlock.connectors.data import Feed, loader_count, split_loaders
-from interlock.connectors.hardware import Hardware
+from interlock.connectors.hardware import HardwareSlot
 from interlock.connectors.rundir import release_run_dir
-from interlock.connectors.signals import PreemptionFlag, Signals
+from interlock.connectors.signals import PreemptionFlag, SignalsSlot
 from interlock.core.chart import Chart
 from interlock.core.config import TrainerConfig
 from interlock.core.datamodule import provides
 from interlock.core.run import Run, RunPlan, stage_def
-from interlock.core.slots import CallbacksSlot, CheckpointSlot, EvalSlot, RngSlot, ScheduleSlot
+from interlock.core.slots import CallbacksSlot, CheckpointSlot, EvalSlot, RngSlot
 from interlock.core.state import TrainerState
 from interlock.plugins.checkpoint_io import TorchCheckpointIO
 from interlock.plugins.environments import SLURMEnvironment
@@ -55,7 +55,7 @@ class Session:
 
     runtime: Runtime
     config: TrainerConfig
-    hardware: Hardware
+    hardware: HardwareSlot
     root: Path
     run_dir: str
     seed: int | None
@@ -91,16 +91,17 @@ class Session:
         }
         run = Run(
             plan=plan,
-            hardware=self.hardware,
             module=module,
             feeds=feeds,
-            signals=Signals(PreemptionFlag((*self.preempt_signals, int(signal.SIGINT)) if stage == "fit" else ())),
             slots={
+                HardwareSlot: self.hardware,
+                SignalsSlot: SignalsSlot(
+                    PreemptionFlag((*self.preempt_signals, int(signal.SIGINT)) if stage == "fit" else ())
+                ),
                 CheckpointSlot: CheckpointSlot(io=self.checkpoint_io, restore_checks=self.restore_checks),
                 CallbacksSlot: CallbacksSlot(self.callbacks, self.loggers, self.listeners),
                 EvalSlot: EvalSlot(),
                 RngSlot: RngSlot(),
-                ScheduleSlot: ScheduleSlot(),
             },
         )
         try:
