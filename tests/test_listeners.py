@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from conftest import only
@@ -167,6 +167,8 @@ def test_compact_trace_is_a_few_bytes_per_training_step(tmp_path: Path, digits: 
 
 
 @settings(max_examples=80, deadline=None)
+# found by hypothesis in CI: a loop's turn begun before a flush, then a final flush with nothing new, lost that turn
+@example(keys=([0, 0, 0, 0, 0, 0, 1], [0], 0), cuts=[14])
 @given(
     keys=st.lists(st.integers(0, 3), max_size=60).flatmap(
         lambda head: st.tuples(st.just(head), st.lists(st.integers(0, 3), min_size=1, max_size=6), st.integers(0, 12))

@@ -64,6 +64,11 @@ class _Packer:
         self.partial: list[Row] = []
         self.recent: list[int] = []
 
+    @property
+    def pending(self) -> bool:
+        """Turns of a loop are counted or begun but not written yet (a final pack writes them)."""
+        return self.cycle is not None and bool(self.partial or self.reps)
+
     def header(self) -> str:
         return json.dumps({"trace": COMPACT, "time": self.t0}) + "\n"
 
@@ -270,8 +275,9 @@ class EventTrace(Listener):
         """
         self._due = math.inf if self.flush_seconds is None else _now() + self.flush_seconds
         rows = self._rows
-        if not rows:
-            return
+        packer = self._packer
+        if not rows and not (final and packer is not None and packer.pending):
+            return  # a final flush still ends a loop whose unfinished turn an earlier flush held back
         if self._rank_zero is False:
             rows.clear()
             return
@@ -293,7 +299,7 @@ class EventTrace(Listener):
             self.close()
             file.parent.mkdir(parents=True, exist_ok=True)
             fh = self._out = open(file, "a", encoding="utf-8")  # noqa: SIM115 - kept open between writes
-            if not self.full:
+            if not self.full and rows:  # no rows: a final write of the held turn continues the same packer
                 self._packer = _Packer(rows[0][0])
                 fh.write(self._packer.header())
         names = self._names
