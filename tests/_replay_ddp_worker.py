@@ -1,4 +1,4 @@
-"""A ddp fit on 2 CPU ranks, and its replay under torchrun: ``fit OUT`` or ``replay OUT N`` (run by torchrun)."""
+"""A ddp fit on 2 CPU ranks, and its replay under torchrun (``fit OUT`` or ``replay OUT N [M ...]``)."""
 
 from __future__ import annotations
 
@@ -39,15 +39,16 @@ def main() -> None:
         trainer.fit(module, data())
         torch.save(module.state_dict(), out / f"final{rank}.pt")
         return
-    run_dir, to = out / "runs" / "version_0", int(sys.argv[3])
-    with interlock.replay(run_dir, net(), data(), to=to) as rep:
-        result = {"number": rep.number, "state": rep.state.chart, "started_at": rep.started_at}
-        saved = rep.save(out / "mid.ckpt")
-    module = net()
-    trainer = interlock.Trainer(**FLAGS, default_root_dir=out / "resumed", enable_progress_bar=False)
-    trainer.fit(module, data(), ckpt_path=saved)
-    torch.save(module.state_dict(), out / f"resumed{rank}.pt")
-    (out / f"replay{rank}.json").write_text(json.dumps(result))
+    run_dir = out / "runs" / "version_0"
+    for to in map(int, sys.argv[3:]):  # each target: replay, save, resume to the end
+        with interlock.replay(run_dir, net(), data(), to=to) as rep:
+            result = {"number": rep.number, "state": rep.state.chart, "started_at": rep.started_at}
+            saved = rep.save(out / f"at{to}.ckpt")
+        module = net()
+        trainer = interlock.Trainer(**FLAGS, default_root_dir=out / f"resumed{to}", enable_progress_bar=False)
+        trainer.fit(module, data(), ckpt_path=saved)
+        torch.save(module.state_dict(), out / f"resumed{rank}-{to}.pt")
+        (out / f"replay{rank}-{to}.json").write_text(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -139,22 +139,6 @@ def test_finished_run_replayed_mid_epoch_saved_and_resumed_ends_bitwise_equal(
     assert original.made["lr_scheduler"].state_dict() == resumed.made["lr_scheduler"].state_dict()
 
 
-def test_a_state_between_the_actions_of_a_batch_cannot_be_saved_and_the_error_names_the_nearest(
-    finished_run: Any, tmp_path: Path
-) -> None:
-    """Saving in a non-checkpoint state raises naming the nearest transitions that can be saved."""
-    run_dir, _ = finished_run
-    steps = read_transitions(run_dir, "idle")
-    second = [s.number for s in steps if s.event == "fit.train.batch.optimizer_step" and s.epoch == 1][1]
-    # the batch end before it (then fetch, step, backward, optimizer_step), and its own batch end after it
-    refused = rf"cannot save at transition {second}.*: {second - 4} and {second + 1}$"
-    with (
-        interlock.replay(run_dir, fresh(fail=False), *data(), to=second) as rep,
-        pytest.raises(ValueError, match=refused),
-    ):
-        rep.save(tmp_path / "x.ckpt")
-
-
 def test_replay_with_fewer_samples_stops_at_the_first_transition_that_differs(finished_run: Any) -> None:
     """Fewer samples: the replay stops at the first transition that differs, naming it, expected and got."""
     run_dir, _ = finished_run
@@ -372,7 +356,7 @@ def test_cli_replay_pdb_has_module_batch_and_state_in_scope(cli_run: Any) -> Non
 
 
 def test_ddp_run_is_refused_on_one_process_and_replays_exactly_under_torchrun(tmp_path: Path) -> None:
-    """A 2-rank ddp run: one process refuses, saying why and how; torchrun replays, saves and resumes it exactly."""
+    """A 2-rank ddp run: one process refuses, saying why; torchrun replays, saves (mid-batch too), resumes exactly."""
     import _dist_worker as w
 
     worker = str(Path(__file__).with_name("_replay_ddp_worker.py"))
@@ -383,13 +367,15 @@ def test_ddp_run_is_refused_on_one_process_and_replays_exactly_under_torchrun(tm
         interlock.replay(run_dir, fresh(), loader())
     steps = read_transitions(run_dir, "idle")
     target = [s.number for s in steps if s.event == "fit.train.batch.end" and s.epoch == 1][1]
-    replay = [worker, "replay", str(tmp_path), str(target)]
+    mid = [s.number for s in steps if s.event == "fit.train.batch.backward" and s.epoch == 1][2]  # between
+    replay = [worker, "replay", str(tmp_path), str(target), str(mid)]
     w.run_all([w.torchrun("--nproc-per-node=2", f"--master-port={w.free_port()}", *replay)], tmp_path, 240)
-    result = json.loads((tmp_path / "replay0.json").read_text())
     first_end = next(s.global_step for s in steps if s.event == "fit.train.epoch_end" and s.epoch == 0)
-    assert result == {"number": target, "state": "fit.train.batch.end", "started_at": first_end}  # a checkpoint
-    final, resumed = torch.load(tmp_path / "final0.pt"), torch.load(tmp_path / "resumed0.pt")
-    assert all(torch.equal(final[k], resumed[k]) for k in final)
+    for to, state in ((target, "fit.train.batch.end"), (mid, "fit.train.batch.backward")):
+        result = json.loads((tmp_path / f"replay0-{to}.json").read_text())
+        assert result == {"number": to, "state": state, "started_at": first_end}  # from a checkpoint
+        final, resumed = torch.load(tmp_path / "final0.pt"), torch.load(tmp_path / f"resumed0-{to}.pt")
+        assert all(torch.equal(final[k], resumed[k]) for k in final), to
 
 
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -38,6 +38,7 @@ from interlock.connectors.hardware_slot import HardwareSlot
 from interlock.connectors.history import HistoryLog, fingerprint_of, read_history
 from interlock.connectors.metrics import scalars
 from interlock.connectors.optim import Scheduler
+from interlock.connectors.replayto import check_record, follow
 from interlock.connectors.resume_check import check_optimizers, check_precision, check_rng, check_schedulers
 from interlock.connectors.rng import RestoreRNG, get_rng_states
 from interlock.connectors.rundir import check_run_dir, continued_run_dir
@@ -479,6 +480,8 @@ def register(reg: Registry) -> None:
                 saved = saved.replace(history=rows)
                 log = run.checkpoint.history = HistoryLog()
                 log.adopt(file, len(rows), data)
+            if "replay_to" in ckpt:  # saved by a replay between checkpoint states: followed to its target on resume
+                check_record(ckpt["replay_to"], run.chart, source)
             try:
                 if run.chart is not None:
                     run.chart.resume_point(saved.chart)
@@ -543,6 +546,10 @@ def register(reg: Registry) -> None:
                 f"interlock: resuming {source} in {now.run_dir}: state {saved.chart}, epoch {saved.epoch}, "
                 f"global step {saved.global_step}" + (f"; nothing to train: {why}" if why else ""),
             )
+            rec = ckpt.get("replay_to")
+            if rec is not None and run.checkpoint.bus is not None:  # checked at load: re-execute to its target
+                follow(rec, run, run.checkpoint.bus, source, strategy.world_size == 1)
+                _say(run, f"interlock: {source} re-executes transitions {rec['from'] + 1} to {rec['to']} of its replay")
             updates: list[Update] = [RestoreState(restored)]
             if ckpt.get("rng") is not None:
                 updates.append(RestoreRNG(ckpt["rng"]))

@@ -91,7 +91,8 @@ class CheckpointSlot:
     for the run directory it continues in (the listeners'); ``loaded`` is the checkpoint read
     at set-up until ``checkpoint.restore`` applies it (``(ckpt, source, saved_state)``);
     ``history`` the run's metric history log; ``lock`` the run directory's lock while held;
-    ``resumed`` the checkpoint the stage continues (``""``: none).
+    ``resumed`` the checkpoint the stage continues (``""``: none); ``bus`` the stage's event bus (a
+    checkpoint saved by a replay between checkpoint states observes the re-executed transitions on it).
     """
 
     io: Any = None
@@ -100,6 +101,7 @@ class CheckpointSlot:
     history: Any = None
     lock: Any = None
     resumed: str = ""
+    bus: Any = None
 
 
 @attrs.define(slots=True, eq=False)

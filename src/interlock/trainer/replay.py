@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from interlock.connectors.checkpoint import saved_state, write_checkpoint
+from interlock.connectors.hardware_slot import HardwareSlot
 from interlock.connectors.recipe import read_recipe, trainer_kwargs
+from interlock.connectors.replayto import fingerprint, record
 from interlock.connectors.rundir import CHART_FILE
 from interlock.core.chart import Chart, load_chart
 from interlock.core.errors import Paused, ReplayDivergence
@@ -65,6 +67,11 @@ class _ReplayRuntime(Runtime):
         self.reached: Step | None = None
         self.rows: list[str] = []  # the run's metric history rows (history.jsonl), as canonical JSON
         self.rows_checked = 0
+        # a target between checkpoint states: the newest checkpoint state before it, kept as a file on the way
+        self.snapshot_at = _snapshot_at(chart, steps, start, target, self.fails_next)
+        self.snapshot_file: Path | None = None  # where to write it (set by replay()); written there once reached
+        self.snapshot: Path | None = None
+        self.print_at_target = ""  # the module's and optimizers' fingerprint as the run entered the target
         bus.observe(self._seen)
 
     def _seen(
@@ -81,6 +88,8 @@ class _ReplayRuntime(Runtime):
             self._check_rows(number)
         self.done = number
         self.reached = self.steps[number - 1]
+        if number == self.target and self.snapshot_at is not None and _one_process(self.current_run):
+            self.print_at_target = _print(self.current_run)  # several processes: only the transitions are checked
 
     def _check_rows(self, number: int) -> None:
         """Compare the metric rows logged since the last check with the run's (where it kept them)."""
@@ -114,6 +123,8 @@ class _ReplayRuntime(Runtime):
 
     def _take(self, edge: _Edge) -> _Node:
         node = super()._take(edge)
+        if self.aligned and self.done == self.snapshot_at:
+            self._snap()
         if self.aligned and self.done == self.target and not self.fails_next:
             raise Paused
         return node
@@ -122,9 +133,20 @@ class _ReplayRuntime(Runtime):
         node = super()._do_jump()
         self.aligned, self.done = True, self.start
         self.reached = self.steps[self.start - 1]
+        if self.done == self.snapshot_at:
+            self._snap()
         if self.done == self.target and not self.fails_next:
             raise Paused
         return node
+
+    def _snap(self) -> None:
+        """Write the checkpoint of this checkpoint state, the start of a save between it and the target."""
+        run = self.current_run
+        if self.snapshot_file is None or run is None or run.slot(HardwareSlot).strategy.sharded_checkpoint:
+            return
+        self.snapshot_file.parent.mkdir(parents=True, exist_ok=True)
+        write_checkpoint(run, str(self.snapshot_file))
+        self.snapshot = self.snapshot_file
 
     def _fail(self, exc: BaseException) -> _Node | None:
         if isinstance(exc, Paused):
@@ -163,6 +185,8 @@ class Replay:
         self.started_at: int | None = started[1]
         run = runtime.current_run
         self.batch: Any = run.step.batch if run is not None else None
+        # between checkpoint states: what the module and optimizers are here, to refuse a save after a change
+        self._print = _print(run) if runtime.snapshot is not None else ""
 
     @property
     def number(self) -> int:
@@ -172,32 +196,79 @@ class Replay:
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write a checkpoint of this exact moment; ``Trainer.fit(ckpt_path=path)`` continues from it bitwise.
 
-        Only the chart's ``checkpoint: true`` states (batch and epoch boundaries) can be saved exactly: in
-        any other state the run is between the actions of one batch. Elsewhere this raises ``ValueError``
-        naming the nearest transitions before and after that can be.
+        In a ``checkpoint: true`` state (a batch or epoch boundary) the file holds the run as it is here.
+        In any other state (the middle of a batch, a failure) it holds the newest checkpoint state the
+        replay passed before this transition, and a ``replay_to`` record: the transitions from there to
+        here. A fit resumed from it re-executes them, checking each against the record, and continues.
+        That re-execution cannot carry a change made here by hand: if the module's weights, gradients or
+        optimizer state changed since the replay stopped, this raises ``ValueError`` naming the next
+        transition whose state is saved as it is. Before the run's first checkpoint state nothing can be saved.
         """
         runtime = self._runtime
         run = runtime.current_run
         if run is None:
             raise ValueError("this replay is closed; replay the run again to save it")
         where = self.state.chart
-        if self.error is not None or where not in runtime.chart.checkpoint_states:
-            raise ValueError(self._not_here(where))
         target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        write_checkpoint(run, str(target))
+        if self.error is None and where in runtime.chart.checkpoint_states:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            write_checkpoint(run, str(target))
+            return target
+        snapshot, at = runtime.snapshot, runtime.snapshot_at
+        strategy = run.slot(HardwareSlot).strategy
+        if strategy.sharded_checkpoint:
+            raise ValueError(
+                f"cannot save at transition {self.number}, state {where!r} (between checkpoint states), with sharded "
+                f"checkpoints ({type(strategy).__name__}): the save of a checkpoint state and the transitions to "
+                f"re-execute is one file. {self._later()}"
+            )
+        if snapshot is None or at is None:
+            raise ValueError(self._not_here(where))
+        if _print(run) != self._print:
+            raise ValueError(
+                f"cannot save at transition {self.number}: the module's weights, gradients or optimizer state changed "
+                f"since the replay stopped there, and a save in state {where!r} (between checkpoint states) is "
+                f"resumed by re-executing transitions {at + 1} to {self.number} from the checkpoint state of "
+                f"transition {at}, which would lose the change. {self._later()}"
+            )
+        if strategy.is_global_zero:
+            io = TorchCheckpointIO()
+            ckpt = io.load_checkpoint(snapshot, map_location="cpu")
+            ckpt["replay_to"] = record(
+                runtime.chart,
+                str(self.run_dir),
+                at,
+                runtime.steps[at : self.number],
+                self.number,
+                runtime.print_at_target,
+            )
+            target.parent.mkdir(parents=True, exist_ok=True)
+            io.save_checkpoint(ckpt, target)
+        strategy.barrier()
         return target
+
+    def _later(self) -> str:
+        """Where the run is saved as it is: the next checkpoint state of this process, and how to replay there."""
+        chart, steps, n = self._runtime.chart, self._runtime.steps, self.number
+        ok = chart.checkpoint_states - chart.final_states
+        later = next((s.number for s in steps[n:] if s.event in ok and s.process == steps[n - 1].process), None)
+        if later is None:
+            return "No later transition of this run is a checkpoint state: make the change in the resumed fit instead"
+        return (
+            f"The nearest later transition saved as it is: {later} (state {steps[later - 1].event}); replay to it "
+            f"(interlock.replay(..., to={later}), or `interlock replay RUN --to {later} --save PATH`), change the "
+            "module there and save"
+        )
 
     def _not_here(self, where: str) -> str:
         chart, steps, n = self._runtime.chart, self._runtime.steps, self.number
         ok = chart.checkpoint_states - chart.final_states
-        before = next((s.number for s in reversed(steps[: max(n - 1, 0)]) if s.event in ok), None)
         after = next((s.number for s in steps[n:] if s.event in ok and s.process == steps[n - 1].process), None)
-        near = " and ".join(f"{x}" for x in (before, after) if x is not None) or "none in this run"
         state = f"the failure in state {where!r}" if self.error is not None else f"state {where!r}"
         return (
-            f"cannot save at transition {n}, {state}: a checkpoint resumes exactly only in the chart's "
-            f"checkpoint states ({', '.join(sorted(ok))}); the nearest transitions that can be saved: {near}"
+            f"cannot save at transition {n}, {state}: it comes before the first checkpoint state of this process "
+            f"({', '.join(sorted(ok))}), so there is no saved state to re-execute it from; the nearest transition "
+            f"that can be saved: {after if after is not None else 'none in this run'}"
         )
 
     def close(self) -> None:
@@ -215,6 +286,32 @@ class Replay:
     def __repr__(self) -> str:
         end = f", error={type(self.error).__name__}" if self.error is not None else ""
         return f"Replay(transition {self.number}: {self.state.chart}, global step {self.state.global_step}{end})"
+
+
+def _snapshot_at(chart: Chart, steps: list[Step], start: int, target: int, fails: bool) -> int | None:
+    """The transition into the newest checkpoint state at or after ``start`` and before ``target``.
+
+    ``None`` where none is needed (the target is a checkpoint state and the run does not fail there: a save
+    writes that state itself) or none was made (the target comes before the first checkpoint state).
+    """
+    ok = chart.checkpoint_states - chart.final_states
+    if target >= 1 and steps[target - 1].event in chart.checkpoint_states and not fails:
+        return None
+    for number in range(target - 1, max(start, 1) - 1, -1):
+        if steps[number - 1].event in ok:
+            return number
+    return None
+
+
+def _one_process(run: Any) -> bool:
+    return run is not None and run.slot(HardwareSlot).strategy.world_size == 1
+
+
+def _print(run: Any) -> str:
+    """The fingerprint of ``run``'s module and optimizers (gradients too where a checkpoint holds them)."""
+    if run is None:
+        return ""
+    return fingerprint(run.module, run.optimizers, run.slot(HardwareSlot).strategy.world_size == 1)
 
 
 def _canonical(row: Any) -> str:
@@ -377,6 +474,7 @@ def replay(
         )
         runtime = _ReplayRuntime(trainer.statechart, trainer.bus, trainer.registry, steps, start, target)
         runtime.rows = _recorded_rows(run_dir)
+        runtime.snapshot_file = Path(tmp, "snapshot", "between.ckpt")
         trainer.runtime = runtime
         paused = False
         try:

@@ -16,6 +16,7 @@ import attrs
 
 from interlock.connectors.data import Feed, loader_count, split_loaders
 from interlock.connectors.hardware import HardwareSlot
+from interlock.connectors.replayto import FOLLOW_SOURCE
 from interlock.connectors.rundir import release_run_dir
 from interlock.connectors.signals import PreemptionFlag, SignalsSlot
 from interlock.core.chart import Chart
@@ -98,7 +99,9 @@ class Session:
                 SignalsSlot: SignalsSlot(
                     PreemptionFlag((*self.preempt_signals, int(signal.SIGINT)) if stage == "fit" else ())
                 ),
-                CheckpointSlot: CheckpointSlot(io=self.checkpoint_io, restore_checks=self.restore_checks),
+                CheckpointSlot: CheckpointSlot(
+                    io=self.checkpoint_io, restore_checks=self.restore_checks, bus=self.runtime.bus
+                ),
                 CallbacksSlot: CallbacksSlot(self.callbacks, self.loggers, self.listeners),
                 EvalSlot: EvalSlot(),
                 RngSlot: RngSlot(),
@@ -108,6 +111,9 @@ class Session:
             self.runtime.run(stage, run)
         finally:  # the chart's teardown releases it; this covers a teardown that failed before it could
             release_run_dir(run)
+            bus = self.runtime.bus  # a replay-to follower whose target the stage never reached
+            if any(s.startswith(f"{FOLLOW_SOURCE}.") for s in bus.observer_sources()):
+                bus.remove_sources({FOLLOW_SOURCE})
         return run
 
     def fit(
