@@ -244,7 +244,9 @@ def test_cli_replay_saves_a_mid_batch_transition_and_fit_resumes_it_bitwise(
     sys.path.insert(0, str(root))
     try:
         assert main(["replay", str(run_dir), "--to", str(n), "--save", str(saved)]) == 0
-        assert f"to transition {n}: state fit.train.batch.backward" in capsys.readouterr().out
+        out = capsys.readouterr().out
+        assert f"to transition {n}: state fit.train.batch.backward" in out
+        assert f"the checkpoint state of transition {n - 3} and the transitions from there to {n}" in out
         cfg = ["--config", str(root / "cfg.yaml"), "--ckpt_path", str(saved)]
         assert main(["fit", *cfg, "--trainer.default_root_dir", str(root / "resumed")]) == 0
     finally:

@@ -275,6 +275,7 @@ def replay(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str]) -> int:
             "checkpoint": None if rep.checkpoint is None else str(rep.checkpoint),
             "error": None if rep.error is None else f"{type(rep.error).__name__}: {rep.error}",
             "saved": saved,
+            "saved_from": rep.saved_from,
         }
         if opts.json:
             print(json.dumps(out, indent=1))
@@ -286,7 +287,12 @@ def replay(parser: ArgumentParser, cfg: Namespace, argv: Sequence[str]) -> int:
             )
             if rep.error is not None:
                 print(f"the run's failure, reproduced: {out['error']}")
-            if saved:
+            if saved and rep.saved_from != rep.number:
+                print(
+                    f"saved: {saved}, the checkpoint state of transition {rep.saved_from} and the transitions from "
+                    f"there to {rep.number}, which a resume re-executes, checked (resume with --ckpt_path {saved})"
+                )
+            elif saved:
                 print(f"saved: {saved} (resume with --ckpt_path {saved})")
         if opts.pdb:
             _debug(rep.module, rep.batch, state, rep.error, rep)

@@ -187,6 +187,9 @@ class Replay:
         self.batch: Any = run.step.batch if run is not None else None
         # between checkpoint states: what the module and optimizers are here, to refuse a save after a change
         self._print = _print(run) if runtime.snapshot is not None else ""
+        #: after :meth:`save`: the transition whose checkpoint state the file holds (this one's, or the one a
+        #: resume re-executes from, up to this one); ``None`` before a save
+        self.saved_from: int | None = None
 
     @property
     def number(self) -> int:
@@ -213,6 +216,7 @@ class Replay:
         if self.error is None and where in runtime.chart.checkpoint_states:
             target.parent.mkdir(parents=True, exist_ok=True)
             write_checkpoint(run, str(target))
+            self.saved_from = self.number
             return target
         snapshot, at = runtime.snapshot, runtime.snapshot_at
         strategy = run.slot(HardwareSlot).strategy
@@ -245,6 +249,7 @@ class Replay:
             target.parent.mkdir(parents=True, exist_ok=True)
             io.save_checkpoint(ckpt, target)
         strategy.barrier()
+        self.saved_from = at
         return target
 
     def _later(self) -> str:
