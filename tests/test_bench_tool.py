@@ -57,6 +57,7 @@ def test_bench_quick_json_shape() -> None:
     failure = report["failure"]  # the flight recorder writes once, at the failure; the replay reproduces it
     assert failure["status"] == "ok" and failure["reproduced"] is True, failure
     assert _finite(failure["record_ms"]) and failure["replay_started_at"] > 0  # from a checkpoint, not step 0
+    assert failure["resumed_reproduced"] is True and _finite(failure["save_ms"])  # saved at it, resumed to it
 
     variants = report["variants"]
     assert {"plain", "interlock_bare", "ignite"} <= set(variants)

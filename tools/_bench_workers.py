@@ -874,7 +874,9 @@ def run_failure(spec: dict[str, Any]) -> dict[str, Any]:
 
     ``record_ms``: the recorder's work at the failure (reading the whole trace back and writing
     ``failure.json``), measured by running it again on the finished trace; ``fit_ms``: the run;
-    ``replay_ms``: ``interlock.replay`` to the failure, from the newest checkpoint (the last epoch end).
+    ``replay_ms``: ``interlock.replay`` to the failure, from the newest checkpoint (the last epoch end);
+    ``save_ms``: ``Replay.save`` there (between checkpoint states: the batch end before, plus the
+    transitions to re-execute); ``resumed_ms``: a fit from that file, to the same failure.
     """
     import interlock
     from interlock.core.state import TrainerState
@@ -919,6 +921,17 @@ def run_failure(spec: dict[str, Any]) -> dict[str, Any]:
             replay_s = time.perf_counter() - t0
             started = rep.started_at
             same = rep.number == record["transition"] and rep.error is not None
+            t0 = time.perf_counter()  # at the failure, between checkpoint states: the batch end before + replay_to
+            saved = rep.save(root / "at_failure.ckpt")
+            save_s = time.perf_counter() - t0
+        again = interlock.Trainer(**flags, enable_progress_bar=False, default_root_dir=str(root / "again"))
+        t0 = time.perf_counter()
+        try:
+            again.fit(Fails(), data(), ckpt_path=saved)
+            reproduced_again = False
+        except RuntimeError as exc:
+            reproduced_again = str(exc) == "the last step fails"
+        again_s = time.perf_counter() - t0
     out = {
         "fit_ms": fit_s * 1e3,
         "record_ms": record_s * 1e3,
@@ -928,6 +941,9 @@ def run_failure(spec: dict[str, Any]) -> dict[str, Any]:
         "steps": fail_at,
         "replay_started_at": started,
         "reproduced": same,
+        "save_ms": save_s * 1e3,
+        "resumed_ms": again_s * 1e3,
+        "resumed_reproduced": reproduced_again,
     }
     shutil.rmtree(root, ignore_errors=True)
     return out

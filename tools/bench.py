@@ -777,6 +777,12 @@ def render(report: dict[str, Any]) -> str:
                 f"{fl['replay_started_at']} {_num(fl['replay_ms'] / 1e3, '{:.2f}')} s vs the run's "
                 f"{_num(fl['fit_ms'] / 1e3, '{:.2f}')} s" + ("" if fl["reproduced"] else " (NOT REPRODUCED)")
             )
+            if "save_ms" in fl:
+                lines.append(
+                    f"  saved at the failure {_num(fl['save_ms'])} ms; a fit from that file to the same failure "
+                    f"{_num(fl['resumed_ms'] / 1e3, '{:.2f}')} s"
+                    + ("" if fl["resumed_reproduced"] else " (NOT REPRODUCED)")
+                )
     rs = report.get("resume")
     if rs is not None:
         lines.append("")

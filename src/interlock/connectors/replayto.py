@@ -51,7 +51,7 @@ def _tensor(h: Any, name: str, value: torch.Tensor) -> None:
     local = value.to_local() if hasattr(value, "to_local") else value  # a DTensor: this rank's shard
     t = local.detach().cpu().contiguous().reshape(-1)
     h.update(f"{name}:{t.dtype}:{tuple(local.shape)};".encode())
-    h.update(t.view(torch.uint8).numpy().tobytes())
+    h.update(t.view(torch.uint8).numpy())  # the buffer itself, not a copy
 
 
 def fingerprint(module: torch.nn.Module, optimizers: Sequence[torch.optim.Optimizer], grads: bool) -> str:
