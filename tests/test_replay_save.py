@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -160,10 +161,26 @@ def test_a_resume_with_shorter_data_stops_at_the_first_transition_that_differs(f
     at = target - 1  # the batch end before: the run went on to fetch batch 3, the short loader has none
     with pytest.raises(
         interlock.ReplayDivergence,
-        match=rf"diverged at transition {at}: expected .*-\[next\]-> fit.train.batch.fetch.*; got .*-\[validate\]->",
+        match=rf"diverged at transition {at}: expected .*-\[next\]-> fit.train.batch.fetch.*; got .*-\[validate\]->"
+        r".*\(guard schedule.val_due\)",
     ) as e:
         _resume(saved, tmp_path / "resumed", None, loader(48, shuffle=True), loader(32))
     assert e.value.number == at
+
+
+def test_a_resume_that_fails_before_the_target_raises_its_error_noting_the_divergence(
+    finished: Any, tmp_path: Path
+) -> None:
+    """A module that now raises in the re-executed batch: its error is raised, noting where the replay diverged."""
+    run_dir, _ = finished
+    steps = _steps(run_dir)
+    epoch_2 = next(s.number for s in steps if s.event == "fit.train.epoch_start" and s.epoch == 2)
+    target = [s.number for s in steps[epoch_2:] if s.event == "fit.train.batch.backward"][2]  # batch 2's
+    saved = _save_at(run_dir, fresh(fail=False), target, tmp_path / "mid.ckpt")
+    with pytest.raises(RuntimeError, match="boom at epoch 2, batch 2") as e:
+        _resume(saved, tmp_path / "resumed", fresh(fail=True))
+    said = rf"ReplayDivergence: .* diverged at transition {target}: expected .*-\[backward\]-> .*; got .*-\[fail\]->"
+    assert any(re.search(said, note) for note in e.value.__notes__), e.value.__notes__
 
 
 def test_a_failed_run_saved_at_its_failure_reproduces_it_and_a_fixed_module_resumes_it_bitwise(

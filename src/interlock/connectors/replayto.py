@@ -145,8 +145,9 @@ class Follower:
         ):
             self._stop(
                 number,
-                f"expected {_describe(want, number)}; got {_describe({**got, **at}, number)}. The module's code, the "
-                "data or the trainer differ from the replay's",
+                f"expected {_describe(want, number)}{self._guard(want.get('source'), want.get('trigger'))}; got "
+                f"{_describe({**got, **at}, number)}{self._guard(source, trigger)}. The module's code, the data or "
+                "the trainer differ from the replay's",
             )
         self.seen += 1
         if number < self.target:
@@ -159,6 +160,11 @@ class Follower:
                 "replay's (the module's code or the data's values differ)",
             )
         self._finish()
+
+    def _guard(self, source: Any, trigger: Any) -> str:
+        chart = getattr(self.run, "chart", None)
+        guard = chart.guard_of(str(source), str(trigger)) if chart is not None else None
+        return f" (guard {guard})" if guard else ""
 
     def _stop(self, number: int, why: str) -> None:
         self._finish()

@@ -172,7 +172,8 @@ class Replay:
     ``state`` is the frozen trainer state there; ``event`` the transition reached (its number, states,
     trigger and counters); ``error`` the exception when the replay ended in the run's failure (captured,
     not raised); ``started_at`` the global step of the checkpoint it started from (``None``: from the
-    start); ``checkpoint`` that file; ``module`` the module, as it is there; ``batch`` the batch in flight.
+    start); ``checkpoint`` that file; ``module`` the module, as it is there; ``batch`` the batch in flight;
+    ``saved_from`` after :meth:`save`, the transition whose checkpoint state the file holds.
     """
 
     def __init__(self, runtime: _ReplayRuntime, module: Any, run_dir: Path, tmp: str, started: Any) -> None:
