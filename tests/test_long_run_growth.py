@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
 import statistics
 from pathlib import Path
@@ -66,3 +67,24 @@ def test_per_epoch_work_and_bytes_do_not_grow_with_the_run(tmp_path: Path, monke
     ckpt = [s["checkpoints/last.ckpt"] for s in sizes[2:]]
     assert max(ckpt) <= 1.01 * min(ckpt)
     assert len(rewrites) <= 2 and max(rendered[2:]) <= 2  # widened once (val names), then only new rows
+
+
+def test_a_long_default_run_retains_no_objects_per_epoch(tmp_path: Path) -> None:
+    """Every default on: the objects the garbage collector tracks do not grow with the epochs (history included)."""
+    samples: dict[int, int] = {}
+    trainer = interlock.Trainer(
+        max_epochs=150, default_root_dir=tmp_path, accelerator="cpu", num_sanity_val_steps=0, seed=0
+    )
+
+    def count(name: str, *_: Any) -> None:
+        epoch = trainer.state.epoch
+        if name == "fit.train.epoch_start" and (20 <= epoch < 30 or epoch >= 140) and epoch % 2 == 0:
+            gc.collect()
+            samples[epoch] = len(gc.get_objects())
+
+    trainer.observe(count)
+    trainer.fit(Logs(), loader(16, 8), loader(16, 8))
+    assert len(trainer.state.history) == 300  # a training and a validation row per epoch
+    early = min(v for e, v in samples.items() if e < 30)  # the least of 5 samples: transient objects left out
+    late = min(v for e, v in samples.items() if e >= 140)
+    assert late - early < 120, (early, late)  # under 1 per epoch over the 120 between (was 2: the rows' mappings)

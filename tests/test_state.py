@@ -260,3 +260,27 @@ def test_a_stage_is_any_identifier_the_chart_names_and_a_bad_one_errors_clearly(
         TrainerState(stage="not a stage")
     with pytest.raises(ValueError, match=r"no state 'distill'.*its stages: \['fit', 'validate', 'test', 'predict'\]"):
         stage_def(load_chart(), "distill")
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.dictionaries(names, plain, max_size=4), max_size=6), st.dictionaries(names, plain, max_size=3))
+def test_history_rows_read_back_as_appended_and_branches_keep_their_own(
+    rows: list[dict[str, Any]], other: dict[str, Any]
+) -> None:
+    """Appended rows read back equal, in key order and frozen, by index, slice and iteration; a branch sees its own."""
+    from interlock.core.state import History, freeze, thaw
+
+    history = History()
+    for row in rows:
+        history = history.append(row)
+    assert len(history) == len(rows)
+    assert [thaw(r) for r in history] == rows and [list(r) for r in history] == [list(r) for r in rows]
+    assert list(history) == [freeze(r) for r in rows] and history == [freeze(r) for r in rows]
+    if rows:
+        assert thaw(history[-1]) == rows[-1] and [thaw(r) for r in history[1:]] == rows[1:]
+        with pytest.raises(TypeError):
+            history[0]["x"] = 1  # type: ignore[index]
+    shorter = History(rows[:-1]) if rows else History()
+    branch, longer = shorter.append(other), shorter.append(rows[-1] if rows else {})
+    assert thaw(branch[len(branch) - 1]) == other and len(branch) == len(longer) == len(shorter) + 1
+    assert [thaw(r) for r in longer[: len(shorter)]] == rows[: len(shorter)]

@@ -41,28 +41,42 @@ def thaw(value: Any) -> Any:
     return value
 
 
+_Row = tuple[tuple[str, ...], tuple[Any, ...]]
+
+
 class History(Sequence[Mapping[str, Any]]):
     """The metric history: an append-only log of frozen rows, read-only to everyone.
 
     Appending is O(1): a new ``History`` shares the rows of the one it extends and
     sees only its own length, so every earlier state keeps seeing its own rows and
     a snapshot of the trainer state never copies the history.
+
+    A row is kept compact, as its names (one tuple shared by every row with the same
+    names) and a tuple of its values: rows of plain numbers hold no object the garbage
+    collector tracks, so a long run's history adds nothing to every full collection.
+    Reading a row gives a read-only mapping of it, built when read.
     """
 
-    __slots__ = ("_n", "_rows")
+    __slots__ = ("_n", "_names", "_rows")
 
     def __init__(self, rows: Sequence[Mapping[str, Any]] = ()) -> None:
-        self._rows: list[Mapping[str, Any]] = [freeze(r) for r in rows]
+        self._names: dict[tuple[str, ...], tuple[str, ...]] = {}
+        self._rows: list[_Row] = [self._pack(r) for r in rows]
         self._n = len(self._rows)
+
+    def _pack(self, row: Mapping[str, Any]) -> _Row:
+        frozen = {str(k): freeze(v) for k, v in row.items()}
+        names = tuple(frozen)
+        return self._names.setdefault(names, names), tuple(frozen.values())
 
     def append(self, row: Mapping[str, Any]) -> History:
         """A history one row longer (this one is unchanged)."""
         rows = self._rows
         if len(rows) != self._n:  # another history already extended ours: branch off with a copy
             rows = rows[: self._n]
-        rows.append(freeze(row))
+        rows.append(self._pack(row))
         out = History.__new__(History)
-        out._rows, out._n = rows, self._n + 1
+        out._rows, out._n, out._names = rows, self._n + 1, self._names
         return out
 
     def __len__(self) -> int:
@@ -74,16 +88,17 @@ class History(Sequence[Mapping[str, Any]]):
     def __getitem__(self, index: slice) -> tuple[Mapping[str, Any], ...]: ...
     def __getitem__(self, index: int | slice) -> Any:
         if isinstance(index, slice):  # O(len of the slice): the rows past _n belong to longer histories
-            return tuple(self._rows[i] for i in range(*index.indices(self._n)))
+            rows = self._rows
+            return tuple(_row(*rows[i]) for i in range(*index.indices(self._n)))
         if index < 0:
             index += self._n
         if not 0 <= index < self._n:
             raise IndexError(f"history index {index} out of range ({self._n} rows)")
-        return self._rows[index]
+        return _row(*self._rows[index])
 
     def __iter__(self) -> Iterator[Mapping[str, Any]]:
         rows = self._rows
-        return (rows[i] for i in range(self._n))
+        return (_row(*rows[i]) for i in range(self._n))
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, History):
@@ -97,6 +112,10 @@ class History(Sequence[Mapping[str, Any]]):
 
     def __repr__(self) -> str:
         return f"History({list(self)!r})"
+
+
+def _row(names: tuple[str, ...], values: tuple[Any, ...]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(zip(names, values, strict=True)))
 
 
 def _history(value: Any) -> History:
