@@ -120,7 +120,8 @@ def test_bench_quick_json_shape() -> None:
 
     long = report["long"]  # every default listener on: epoch cost, checkpoint bytes, run-dir bytes per step
     assert long["status"] == "ok" and "error" not in long, long
-    assert long["history_rows"] == 2 * long["epochs"] == 2 * report["config"]["long_epochs"]
+    assert long["history_rows"] == 2 * long["total_epochs"] and long["epochs"] == report["config"]["long_epochs"]
+    assert all(_finite(r["paired_wall"]) and _finite(r["paired_cpu"]) for r in long["per_round"])  # took turns
     assert long["ckpt_ratio"] <= 1.02  # bytes, not time: the checkpoint does not grow with the history
     assert {"events.jsonl", "history.jsonl", "metrics.csv"} <= set(long["files"])
     assert _finite(long["epoch_ratio"]) and _finite(long["bytes_per_step"]) and long["steps"] == 200

@@ -23,6 +23,7 @@ import os
 import resource
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -797,53 +798,135 @@ def _tree_bytes(root: Path, skip: str = "") -> int:
     return sum(p.stat().st_size for p in root.rglob("*") if p.is_file() and not (skip and skip in p.parts))
 
 
+class _Baton:
+    """Two processes take turns, an epoch each: a byte on a pipe passes the turn (the other waits, blocked)."""
+
+    def __init__(self, read_fd: int, write_fd: int, timeout: float) -> None:
+        self.read_fd, self.write_fd, self.timeout = read_fd, write_fd, timeout
+
+    def give(self) -> None:
+        os.write(self.write_fd, b"t")
+
+    def take(self, timeout: float | None = None) -> bool:
+        """Wait for the turn; False when the other process is gone (end of file) or took too long."""
+        import select
+
+        ready, _, _ = select.select([self.read_fd], [], [], self.timeout if timeout is None else timeout)
+        return bool(ready) and os.read(self.read_fd, 1) == b"t"
+
+
+class _EpochMarks:
+    """Clock reads at each epoch start: the previous epoch ends (``end``), this one starts (``start``).
+
+    Between the two reads go what must not count as an epoch's cost: the size of ``last.ckpt``,
+    and the wait for the other process's epoch when two processes take turns.
+    """
+
+    def __init__(self) -> None:
+        self.starts: list[tuple[float, float, float]] = []  # (wall, CPU, seconds in fsync so far)
+        self.ends: list[tuple[float, float, float]] = []
+        self.fsync_s = 0.0  # seconds waited in os.fsync so far (checkpoints, history): the disk's part of an epoch
+
+    def _now(self) -> tuple[float, float, float]:
+        return time.perf_counter(), time.process_time(), self.fsync_s
+
+    def end(self) -> None:
+        if self.starts:
+            self.ends.append(self._now())
+
+    def start(self) -> None:
+        self.starts.append(self._now())
+
+    def epochs(self, first: int = 0, last: int | None = None) -> dict[str, list[float]]:
+        """Wall, CPU and fsync milliseconds of the epochs ``first`` to ``last`` (exclusive), each start to its end."""
+        pairs = list(zip(self.starts, self.ends, strict=False))[first:last]
+        return {
+            key: [(b[i] - a[i]) * 1e3 for a, b in pairs]
+            for i, key in enumerate(("epoch_ms", "epoch_cpu_ms", "epoch_fsync_ms"))
+        }
+
+    def timed_fsync(self) -> Callable[[Any], None]:
+        real = os.fsync
+
+        def timed(fd: Any) -> None:
+            t0 = time.perf_counter()
+            try:
+                real(fd)
+            finally:
+                self.fsync_s += time.perf_counter() - t0
+
+        return timed
+
+
+def _long_trainer(interlock: Any, spec: dict[str, Any], root: Path, epochs: int) -> tuple[Any, Any, Any]:
+    batch = spec["batch"]
+    train = DataLoader(make_dataset(batch * spec["train_batches"]), batch_size=batch)
+    val = DataLoader(make_dataset(batch * spec["val_batches"]), batch_size=batch)
+    trainer = interlock.Trainer(
+        max_epochs=epochs, num_sanity_val_steps=0, accelerator="cpu", default_root_dir=str(root),
+        **spec.get("flags", {}),
+    )  # fmt: skip
+    return trainer, train, val
+
+
+def _companion(spec: dict[str, Any], result: Path) -> tuple[subprocess.Popen[bytes], _Baton, Path]:
+    """Start the fresh process that takes turns with this one (:func:`run_long_companion`)."""
+    to_it, from_us = os.pipe()
+    from_it, to_us = os.pipe()
+    errors = result.with_suffix(".stderr")
+    child_spec = {**spec, "task": "long_companion", "read_fd": to_it, "write_fd": to_us, "result": str(result)}
+    with open(errors, "wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, __file__, json.dumps(child_spec), str(result.with_suffix(".unused"))],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, pass_fds=(to_it, to_us),
+        )  # fmt: skip
+    os.close(to_it)
+    os.close(to_us)
+    return proc, _Baton(from_it, from_us, timeout=120.0), errors
+
+
 def run_long(spec: dict[str, Any]) -> dict[str, Any]:
     """A long run with every default listener on (progress bar, CSV, trace, ``ModelCheckpoint``).
 
     ``epochs`` epochs of ``train_batches`` training and ``val_batches`` validation batches, a module
-    that ``self.log``s. Per epoch: its time (clock read at each ``fit.train.epoch_start`` by an
-    observer), and the size of ``last.ckpt`` (read at the next epoch start, after the save finished).
-    At the end: the run directory's bytes by file (checkpoints apart) and per training step.
+    that ``self.log``s. Per epoch: its wall and CPU time (clocks read at each ``fit.train.epoch_start``
+    by an observer), the seconds it waited in ``fsync``, and the size of ``last.ckpt`` (read at the
+    next epoch start, after the save finished; not counted in the epoch). At the end: the run
+    directory's bytes by file (checkpoints apart) and per training step.
+
+    With ``pair_epochs`` > 0 the run goes on for that many epochs more, taking turns with a fresh
+    process that runs the same workload from its first epoch (:func:`run_long_companion`): an epoch
+    here, an epoch there, each process blocked while the other runs. Those epochs of this run
+    (``paired``) and the fresh process's (``companion``) are measured at the same moments, so a
+    slow stretch of a shared machine slows both alike: late against early without the drift.
     """
     import interlock
 
+    torch.set_num_threads(1)
     warm_up("interlock_default")
-    batch, epochs = spec["batch"], spec["epochs"]
-    train = DataLoader(make_dataset(batch * spec["train_batches"]), batch_size=batch)
-    val = DataLoader(make_dataset(batch * spec["val_batches"]), batch_size=batch)
+    epochs, pair = spec["epochs"], spec.get("pair_epochs", 0)
     root = Path(tempfile.mkdtemp(prefix="bench-long-"))
-    starts: list[float] = []
-    sizes: list[int] = []
-    trainer = interlock.Trainer(
-        max_epochs=epochs,
-        num_sanity_val_steps=0,
-        accelerator="cpu",
-        default_root_dir=str(root),
-        **spec.get("flags", {}),
-    )
-
-    cpu: list[float] = []
-    fsync_s = [0.0]  # seconds waited in os.fsync so far (checkpoints, history): the disk's part of an epoch
-    fsyncs: list[float] = []
-    real_fsync = os.fsync
-
-    def timed_fsync(fd: Any) -> None:
-        t0 = time.perf_counter()
-        try:
-            real_fsync(fd)
-        finally:
-            fsync_s[0] += time.perf_counter() - t0
-
-    os.fsync = timed_fsync
+    trainer, train, val = _long_trainer(interlock, spec, root, epochs + pair)
+    marks, sizes = _EpochMarks(), []
+    os.fsync = marks.timed_fsync()  # type: ignore[assignment]
+    companion: dict[str, Any] = {}
+    result_path = root.parent / f"{root.name}-companion.json"
 
     def observe(name: str, *_: Any) -> None:
-        if name == "fit.train.epoch_start":
-            starts.append(time.perf_counter())
-            cpu.append(time.process_time())
-            fsyncs.append(fsync_s[0])
-            last = Path(trainer.state.run_dir or root) / "checkpoints" / "last.ckpt"
-            with contextlib.suppress(OSError):
-                sizes.append(last.stat().st_size)
+        if name != "fit.train.epoch_start":
+            return
+        marks.end()
+        last = Path(trainer.state.run_dir or root) / "checkpoints" / "last.ckpt"
+        with contextlib.suppress(OSError):
+            sizes.append(last.stat().st_size)
+        if pair and len(marks.starts) >= epochs and "error" not in companion:
+            if "baton" not in companion:
+                companion["proc"], companion["baton"], companion["stderr"] = _companion(spec, result_path)
+            baton: _Baton = companion["baton"]
+            baton.give()  # the fresh process runs an epoch; this one waits (the first wait includes its start-up)
+            if not baton.take():
+                companion["error"] = "the companion process stopped taking turns"
+        marks.start()
 
     trainer.observe(observe)
     with quiet(), contextlib.redirect_stderr(io.StringIO()):
@@ -855,11 +938,9 @@ def run_long(spec: dict[str, Any]) -> dict[str, Any]:
         if p.is_file() and "checkpoints" not in p.relative_to(run_dir).parts
     }
     steps = trainer.state.global_step
-    return {
-        "epoch_ms": [(b - a) * 1e3 for a, b in itertools.pairwise(starts)],
-        "epoch_cpu_ms": [(b - a) * 1e3 for a, b in itertools.pairwise(cpu)],
-        "epoch_fsync_ms": [(b - a) * 1e3 for a, b in itertools.pairwise(fsyncs)],
-        "ckpt_bytes": sizes,
+    out: dict[str, Any] = {
+        **marks.epochs(0, epochs),
+        "ckpt_bytes": sizes[: epochs + 1],
         "files": files,
         "steps": steps,
         "run_dir_bytes": sum(files.values()),
@@ -867,6 +948,64 @@ def run_long(spec: dict[str, Any]) -> dict[str, Any]:
         "trace_bytes_per_step": sum(v for k, v in files.items() if k.startswith("events")) / steps if steps else None,
         "history_rows": len(trainer.state.history),
     }
+    if pair:
+        out["paired"] = marks.epochs(epochs, epochs + pair)
+        proc = companion.get("proc")
+        if proc is not None:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                companion.setdefault("error", "the companion process did not exit")
+            os.close(companion["baton"].read_fd)
+            os.close(companion["baton"].write_fd)
+        if result_path.exists():
+            out["companion"] = json.loads(result_path.read_text())
+        else:
+            tail = companion["stderr"].read_text(errors="replace").strip().splitlines()[-4:] if proc else []
+            out["companion"] = {"error": companion.get("error", "no result") + ": " + " | ".join(tail)}
+        for leftover in (result_path, result_path.with_suffix(".stderr")):
+            leftover.unlink(missing_ok=True)
+    shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+def run_long_companion(spec: dict[str, Any]) -> dict[str, Any]:
+    """The fresh process of :func:`run_long`'s paired epochs: the same workload, an epoch per turn.
+
+    It waits for its turn before each of its ``pair_epochs`` epochs, and gives the turn back at
+    the next epoch start; after its last measured epoch it writes its times to ``result`` and exits.
+    """
+    import interlock
+
+    torch.set_num_threads(1)
+    warm_up("interlock_default")
+    pair = spec["pair_epochs"]
+    root = Path(tempfile.mkdtemp(prefix="bench-long-companion-"))
+    trainer, train, val = _long_trainer(interlock, spec, root, pair + 1)
+    marks = _EpochMarks()
+    os.fsync = marks.timed_fsync()  # type: ignore[assignment]
+    baton = _Baton(spec["read_fd"], spec["write_fd"], timeout=600.0)
+
+    def observe(name: str, *_: Any) -> None:
+        if name != "fit.train.epoch_start":
+            return
+        marks.end()
+        if len(marks.starts) == pair:
+            Path(spec["result"]).write_text(json.dumps(marks.epochs()))
+            baton.give()
+            shutil.rmtree(root, ignore_errors=True)
+            os._exit(0)  # measured: the epochs after would only wait for turns nobody gives
+        if marks.starts:
+            baton.give()
+        if not baton.take():
+            os._exit(1)  # the measuring process is gone
+        marks.start()
+
+    trainer.observe(observe)
+    with quiet(), contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+        trainer.fit(_logging_module(interlock), train, val)
+    return {"error": "the run ended before its paired epochs did"}
 
 
 def run_failure(spec: dict[str, Any]) -> dict[str, Any]:
@@ -952,6 +1091,7 @@ def run_failure(spec: dict[str, Any]) -> dict[str, Any]:
 TASKS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "failure": run_failure,
     "long": run_long,
+    "long_companion": run_long_companion,
     "epoch_growth": run_epoch_growth,
     "steps": run_steps,
     "steps_same_process": run_steps_same_process,

@@ -574,55 +574,88 @@ def section_epochs(runner: Runner, size: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def section_long(runner: Runner, size: dict[str, Any]) -> dict[str, Any]:
-    """Long runs with every default listener on (progress bar, CSV, trace, ModelCheckpoint), a module that logs.
+def _long_round(result: dict[str, Any], early_from: int, window: int) -> dict[str, Any]:
+    """One long run's late/early ratios: its own windows (wall, CPU, wall less fsync) and the paired epochs."""
 
-    One run of ``long_epochs`` epochs of 1 training + ``long_val_batches`` validation batches: the per-epoch
-    cost and the size of ``last.ckpt``, late against early. One run of ``long_steps_epochs`` epochs of
-    ``long_steps_per_epoch`` training batches (+2 validation): the run directory's bytes per training step,
-    checkpoints apart (what grows with the run: trace, metrics, history).
-    """
-    epochs, rounds = size["long_epochs"], size["long_rounds"]
-    runner.log(
-        f"[long] {epochs:,} epochs of 1 training + {size['long_val_batches']} validation batches, defaults on, "
-        f"{rounds} run(s)"
-    )
-    ratios: dict[str, list[float]] = {"wall": [], "cpu": [], "wall_less_fsync": []}
-    early_ms: list[float] = []
-    late_ms: list[float] = []
-    ms: list[float] = []
-    ckpt: list[int] = []
-    result: dict[str, Any] = {}
-    early_from, window = (20, 100) if epochs >= 500 else (2, max(8, epochs // 8))
+    def lower_quartile(values: list[float]) -> float:
+        return statistics.quantiles(values, n=4)[0]
 
     def growth(values: list[float]) -> tuple[float, float, float]:
         """Lower quartile of the early window, of the late window, and their ratio."""
-        a = statistics.quantiles(values[early_from : early_from + window], n=4)[0]
-        b = statistics.quantiles(values[-window:], n=4)[0]
+        a, b = lower_quartile(values[early_from : early_from + window]), lower_quartile(values[-window:])
         return a, b, (b / a if a else float("nan"))
 
+    ms = result["epoch_ms"]
+    early, late, ratio = growth(ms)
+    out: dict[str, Any] = {"early_ms": early, "late_ms": late, "wall": ratio}
+    cpu, fsync = result.get("epoch_cpu_ms") or [], result.get("epoch_fsync_ms") or []
+    if len(cpu) == len(ms):  # the process's CPU time per epoch
+        out["cpu"] = growth(cpu)[2]
+    if len(fsync) == len(ms):  # wall time less the waits for the disk (fsync of checkpoints and history)
+        out["wall_less_fsync"] = growth([w - f for w, f in zip(ms, fsync, strict=True)])[2]
+    paired, fresh = result.get("paired") or {}, result.get("companion") or {}
+    if "error" in fresh:
+        out["paired_error"] = fresh["error"]
+    for key, name in (("epoch_ms", "paired_wall"), ("epoch_cpu_ms", "paired_cpu")):
+        late_here, early_there = paired.get(key) or [], fresh.get(key) or []
+        n = min(len(late_here), len(early_there))
+        if n >= early_from + 4:  # epoch k here ran right after the fresh process's epoch k: one pair per k
+            pairs = [a / b for a, b in zip(late_here[early_from:n], early_there[early_from:n], strict=True) if b > 0]
+            out[name] = statistics.median(pairs)
+            out[name + "_quartiles"] = statistics.quantiles(pairs, n=4)[::2]
+            if name == "paired_wall":
+                out["paired_late_ms"] = statistics.median(late_here[early_from:n])
+                out["paired_early_ms"] = statistics.median(early_there[early_from:n])
+                out["paired_epochs"] = n - early_from
+    return out
+
+
+def section_long(runner: Runner, size: dict[str, Any]) -> dict[str, Any]:
+    """Long runs with every default listener on (progress bar, CSV, trace, ModelCheckpoint), a module that logs.
+
+    Each round: one run of ``long_epochs`` epochs of 1 training + ``long_val_batches`` validation
+    batches: the per-epoch cost (wall, CPU) and the size of ``last.ckpt``, late window against the
+    early one; then the same run goes on for ``early_from + window`` epochs taking turns, epoch by
+    epoch, with a fresh process running the same workload from its start (the paired epochs): its
+    late epochs against the fresh process's early ones, measured at the same moments. One run of
+    ``long_steps_epochs`` epochs of ``long_steps_per_epoch`` training batches (+2 validation): the run
+    directory's bytes per training step, checkpoints apart (what grows with the run: trace, metrics, history).
+    """
+    epochs, rounds = size["long_epochs"], size["long_rounds"]
+    # the early window starts after the warm-up: epoch 0 pays once for the first checkpoint (files, the
+    # writer thread, torch.save's lazy imports) and epoch 1 for the CSV header widening to validation's names
+    early_from, window = (20, 100) if epochs >= 500 else (2, max(8, epochs // 8))
+    pair = early_from + window
+    runner.log(
+        f"[long] {epochs:,} epochs of 1 training + {size['long_val_batches']} validation batches, defaults on, "
+        f"then {pair} paired with a fresh process; {rounds} run(s)"
+    )
+    per_round: list[dict[str, Any]] = []
+    ms: list[float] = []
+    ckpt: list[int] = []
+    result: dict[str, Any] = {}
     for _ in range(rounds):
+        load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
         result = runner.run(
             {"task": "long", "epochs": epochs, "batch": size["batch"], "train_batches": 1,
-             "val_batches": size["long_val_batches"]}
+             "val_batches": size["long_val_batches"], "pair_epochs": pair}
         )  # fmt: skip
         ms, ckpt = result.get("epoch_ms") or [], result.get("ckpt_bytes") or []
         if len(ms) < 20 or len(ckpt) < 20:
             return {"status": "error", "error": result.get("error", "too few epochs measured")}
-        early, late, ratio = growth(ms)
-        early_ms.append(early)
-        late_ms.append(late)
-        ratios["wall"].append(ratio)
-        cpu, fsync = result.get("epoch_cpu_ms") or [], result.get("epoch_fsync_ms") or []
-        if len(cpu) == len(ms):  # the process's CPU time per epoch: less moved by other work than wall time
-            ratios["cpu"].append(growth(cpu)[2])
-        if len(fsync) == len(ms):  # wall time less the waits for the disk (fsync of checkpoints and history)
-            ratios["wall_less_fsync"].append(growth([w - f for w, f in zip(ms, fsync, strict=True)])[2])
+        one = _long_round(result, early_from, window)
+        one["load"] = [load_before, os.getloadavg()[0] if hasattr(os, "getloadavg") else None]
+        per_round.append(one)
+        runner.log("  round: " + ", ".join(f"{k} {v:.3f}" for k, v in one.items() if isinstance(v, float)))
 
-    def median(values: list[float]) -> float | None:
-        return statistics.median(values) if values else None
+    def across(key: str) -> dict[str, Any]:
+        values = [r[key] for r in per_round if isinstance(r.get(key), float)]
+        if not values:
+            return {"median": None, "min": None, "max": None, "rounds": []}
+        return {"median": statistics.median(values), "min": min(values), "max": max(values), "rounds": values}
 
-    epoch_ratio = median(ratios["wall"])
+    kinds = {k: across(k) for k in ("wall", "cpu", "wall_less_fsync", "paired_wall", "paired_cpu")}
+    judged = kinds["paired_wall"]["max"] if kinds["paired_wall"]["max"] is not None else kinds["wall"]["max"]
     ckpt_early, ckpt_late = ckpt[min(20, len(ckpt) // 4)], ckpt[-1]
     n_steps = size["long_steps_epochs"] * size["long_steps_per_epoch"]
     runner.log(f"[long] {n_steps:,} training steps ({size['long_steps_epochs']} epochs), defaults on: bytes per step")
@@ -638,15 +671,23 @@ def section_long(runner: Runner, size: dict[str, Any]) -> dict[str, Any]:
         "rounds": rounds,
         "early_epochs": [early_from, early_from + window],
         "late_epochs": [len(ms) - window, len(ms)],
-        "statistic": "lower quartile of each window's epoch times; the median over the rounds",
-        "early_ms": median(early_ms),
-        "late_ms": median(late_ms),
-        "epoch_ratio": epoch_ratio,
-        "epoch_ratios": ratios["wall"],
-        "epoch_verdict": verdict(epoch_ratio, TARGETS["long_epoch_ratio"]),
-        "epoch_cpu_ratio": median(ratios["cpu"]),
-        "epoch_cpu_ratios": ratios["cpu"],
-        "epoch_ratio_less_fsync": median(ratios["wall_less_fsync"]),
+        "paired_epochs": [epochs + early_from, epochs + pair],
+        "total_epochs": epochs + pair,
+        "statistic": (
+            "own windows: lower quartile of each window's epoch times, late/early; paired: the median over the "
+            "paired epochs of (this run's epoch / the fresh process's epoch just before it); the target is judged "
+            "on the worst round of the paired wall-time ratio"
+        ),
+        "per_round": per_round,
+        "ratios": kinds,
+        "early_ms": statistics.median(r["early_ms"] for r in per_round),
+        "late_ms": statistics.median(r["late_ms"] for r in per_round),
+        "epoch_ratio": judged,
+        "epoch_ratios": kinds["wall"]["rounds"],
+        "epoch_verdict": verdict(judged, TARGETS["long_epoch_ratio"]),
+        "epoch_cpu_ratio": kinds["cpu"]["median"],
+        "epoch_cpu_ratios": kinds["cpu"]["rounds"],
+        "epoch_ratio_less_fsync": kinds["wall_less_fsync"]["median"],
         "ckpt_bytes_early": ckpt_early,
         "ckpt_bytes_late": ckpt_late,
         "ckpt_epochs": [min(20, len(ckpt) // 4), len(ckpt) - 1],
@@ -830,18 +871,36 @@ def render(report: dict[str, Any]) -> str:
         if lg.get("status") != "ok":
             lines.append(f"long run: {lg.get('error')}")
         else:
+            rt = lg["ratios"]
+
+            def spread(key: str) -> str:
+                r = rt[key]
+                if r["median"] is None:
+                    return "n/a"
+                each = ", ".join(f"{v:.2f}x" for v in r["rounds"])
+                return f"{r['median']:.2f}x (rounds: {each}; spread {r['min']:.2f}-{r['max']:.2f})"
+
             lines.append(
-                f"long run, every default listener on ({lg['epochs']:,} epochs, {lg['history_rows']:,} history rows): "
+                f"long run, every default listener on ({lg['epochs']:,} epochs + "
+                f"{lg['total_epochs'] - lg['epochs']} paired, {lg['history_rows']:,} history rows, "
+                f"{lg['rounds']} run(s)): "
                 f"epochs {lg['early_epochs'][0]}-{lg['early_epochs'][1]} {_num(lg['early_ms'], '{:.2f}')} ms, "
-                f"epochs {lg['late_epochs'][0]}-{lg['late_epochs'][1]} {_num(lg['late_ms'], '{:.2f}')} ms "
-                f"({_num(lg['epoch_ratio'], '{:.2f}x')}, median of {lg['rounds']} run(s): "
-                f"{', '.join(_num(r, '{:.2f}x') for r in lg['epoch_ratios'])}); "
-                f"target <= {TARGETS['long_epoch_ratio']:.1f}x {lg['epoch_verdict']}"
+                f"epochs {lg['late_epochs'][0]}-{lg['late_epochs'][1]} {_num(lg['late_ms'], '{:.2f}')} ms"
             )
+            lines.append(f"  late/early, own windows, wall time: {spread('wall')}")
+            lines.append(f"  late/early, own windows, CPU time: {spread('cpu')}")
+            lines.append(f"  late/early, own windows, wall less fsync: {spread('wall_less_fsync')}")
+            lines.append(f"  late/early, paired with a fresh process, CPU time: {spread('paired_cpu')}")
             lines.append(
-                f"  the same epochs in CPU time {_num(lg['epoch_cpu_ratio'], '{:.2f}x')}, "
-                f"in wall time less the fsync waits {_num(lg['epoch_ratio_less_fsync'], '{:.2f}x')}"
+                f"  late/early, paired with a fresh process, wall time: {spread('paired_wall')}; worst round "
+                f"{_num(lg['epoch_ratio'], '{:.2f}x')}, target <= {TARGETS['long_epoch_ratio']:.1f}x "
+                f"{lg['epoch_verdict']}"
             )
+            loads = ", ".join("-".join(_num(x, "{:.1f}") for x in r["load"]) for r in lg["per_round"])
+            lines.append(f"  load average (1 min) at each round's start-end: {loads}")
+            errors = [r["paired_error"] for r in lg["per_round"] if "paired_error" in r]
+            if errors:
+                lines.append(f"  paired epochs failed: {errors[0]}")
             lines.append(
                 f"  last.ckpt at epoch {lg['ckpt_epochs'][0]} {lg['ckpt_bytes_early']:,} bytes, at epoch "
                 f"{lg['ckpt_epochs'][1]} {lg['ckpt_bytes_late']:,} bytes ({_num(lg['ckpt_ratio'], '{:.3f}x')}); "
