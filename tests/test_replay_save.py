@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,7 @@ from hypothesis import strategies as st
 import interlock
 from conftest import loader
 from interlock.cli.main import main
-from interlock.connectors.replayto import REPLAY_TO_FORMAT
+from interlock.connectors.replayto import REPLAY_TO_FORMAT, chart_digest
 from interlock.core.tracelist import Step, read_transitions
 from interlock.listeners.checkpoint import ModelCheckpoint
 from interlock.plugins.checkpoint_io import TorchCheckpointIO
@@ -225,6 +227,21 @@ def test_a_resume_under_another_chart_or_record_format_is_refused_before_anythin
     io.save_checkpoint(ckpt, tmp_path / "old.ckpt")
     with pytest.raises(interlock.CheckpointError, match=rf"format 'interlock.replay_to/0'; .* {REPLAY_TO_FORMAT!r}"):
         _resume(tmp_path / "old.ckpt", tmp_path / "old")
+
+
+def test_the_chart_digest_is_the_same_in_every_process() -> None:
+    """Processes with other hash seeds (the ranks of a ddp run) give the chart the same digest, so each resumes."""
+    code = "from interlock.connectors.replayto import chart_digest; import interlock; "
+    code += "print(chart_digest(interlock.load_chart()))"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    digests = {
+        subprocess.run(
+            [sys.executable, "-c", code], env={**env, "PYTHONHASHSEED": seed}, capture_output=True, text=True,
+            timeout=120, check=True,
+        ).stdout.strip()
+        for seed in ("1", "2")
+    }  # fmt: skip
+    assert digests == {chart_digest(interlock.load_chart())}
 
 
 @pytest.fixture(scope="module")

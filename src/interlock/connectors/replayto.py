@@ -12,6 +12,7 @@ the stage) and at ``T`` the fingerprint, then simply continues: the run is the o
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -41,10 +42,26 @@ FOLLOW_SOURCE = "checkpoint-replay-to"
 _FIELDS = ("event", "trigger", "source", "count", "epoch", "global_step", "batch_idx")
 
 
+def _plain(value: Any) -> Any:
+    """``value`` as JSON data in one order whatever the process (sets sorted: their order follows the hash seed)."""
+    if attrs.has(type(value)):
+        return _plain(attrs.asdict(value, recurse=False))
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, set | frozenset):
+        return sorted((_plain(v) for v in value), key=repr)
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value if value is None or isinstance(value, bool | int | float | str) else repr(value)
+
+
 def chart_digest(chart: Chart) -> str:
-    """A digest of the chart's states and transitions (their docs left out): which chart a record follows."""
-    text = repr([(path, attrs.evolve(spec, doc="")) for path, spec in sorted(chart.states.items())])
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    """A digest of the chart's states and transitions (their docs left out): which chart a record follows.
+
+    The same in every process (no set's order, no object's address goes into it).
+    """
+    states = {path: {**_plain(spec), "doc": ""} for path, spec in chart.states.items()}
+    return hashlib.sha256(json.dumps(states, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _tensor(h: Any, name: str, value: torch.Tensor) -> None:
