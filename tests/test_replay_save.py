@@ -229,6 +229,37 @@ def test_a_resume_under_another_chart_or_record_format_is_refused_before_anythin
         _resume(tmp_path / "old.ckpt", tmp_path / "old")
 
 
+RESUME_SCRIPT = """
+import sys
+
+import torch
+
+import interlock
+from test_replay import FLAGS, data, fresh
+
+module = fresh(fail=False)
+interlock.Trainer(**FLAGS, default_root_dir=sys.argv[2]).fit(module, *data(), ckpt_path=sys.argv[1])
+torch.save(module.state_dict(), sys.argv[3])
+"""
+
+
+def test_a_file_saved_at_an_optimizer_step_resumes_bitwise_in_another_process(finished: Any, tmp_path: Path) -> None:
+    """Saved here, resumed by a fresh process with another hash seed: the checks pass and the weights end equal."""
+    run_dir, original = finished
+    saved = _save_at(run_dir, fresh(fail=False), _optimizer_step(run_dir, 1), tmp_path / "mid.ckpt")
+    tests = str(Path(__file__).resolve().parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([tests, *sys.path]), "PYTHONHASHSEED": "7"}
+    out = tmp_path / "final.pt"
+    proc = subprocess.run(
+        [sys.executable, "-c", RESUME_SCRIPT, str(saved), str(tmp_path / "resumed"), str(out)],
+        env=env, capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "re-executes transitions" in proc.stderr
+    final = torch.load(out)
+    assert all(torch.equal(a, final[k]) for k, a in original.state_dict().items())
+
+
 def test_the_chart_digest_is_the_same_in_every_process() -> None:
     """Processes with other hash seeds (the ranks of a ddp run) give the chart the same digest, so each resumes."""
     code = "from interlock.connectors.replayto import chart_digest; import interlock; "
