@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import interlock
 from conftest import loader
+from interlock.cli.inspect import summarize_checkpoint
 from interlock.cli.main import main
 from interlock.connectors.replayto import REPLAY_TO_FORMAT, chart_digest
 from interlock.core.tracelist import Step, read_transitions
@@ -75,6 +76,9 @@ def test_a_backward_in_the_middle_of_epoch_2_saved_and_resumed_ends_bitwise_equa
     saved = _save_at(run_dir, fresh(fail=False), target, tmp_path / "mid.ckpt")
     rec = TorchCheckpointIO().load_checkpoint(saved)["replay_to"]
     assert rec["format"] == REPLAY_TO_FORMAT and rec["to"] == target
+    shown = summarize_checkpoint(saved)  # `interlock inspect`: a batch end, and what a resume re-executes from it
+    assert shown["chart"] == "fit.train.batch.end"
+    assert shown["replay_to"]["state"] == "fit.train.batch.backward" and shown["replay_to"]["to"] == target
     assert rec["transitions"][-1]["event"] == "fit.train.batch.backward" and len(rec["transitions"]) == 3
     trainer, resumed = _resume(saved, tmp_path / "resumed")
     assert trainer.state.global_step == 12 and trainer.state.status == "finished"

@@ -136,4 +136,21 @@ def summarize_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
         "optimizers": plain(ckpt.get("optimizers", [])),
         "schedulers": plain(ckpt.get("schedulers", [])),
         "precision": plain(ckpt.get("precision", {})),
+        "replay_to": _replay_to(ckpt.get("replay_to")),
+    }
+
+
+def _replay_to(rec: Any) -> dict[str, Any] | None:
+    """A replay's save between checkpoint states: what a resume re-executes (``None``: an ordinary checkpoint)."""
+    if not isinstance(rec, Mapping):
+        return None
+    steps = rec.get("transitions")
+    last = steps[-1] if isinstance(steps, list) and steps and isinstance(steps[-1], Mapping) else {}
+    return {
+        "format": rec.get("format"),
+        "run_dir": rec.get("run_dir"),
+        "from": rec.get("from"),
+        "to": rec.get("to"),
+        "state": last.get("event"),
+        "chart": rec.get("chart"),
     }
