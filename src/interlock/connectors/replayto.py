@@ -3,8 +3,8 @@
 :meth:`interlock.Replay.save` at a transition ``T`` whose state is not a ``checkpoint: true`` one (the
 middle of a batch: ``fetch``, ``step``, ``backward``, ``optimizer_step``; a failure) writes the full
 checkpoint of the newest checkpoint state ``C`` the replay passed at or before ``T``, plus a
-``replay_to`` record: the transitions from ``C`` to ``T`` as the run made them, the chart's digest and a
-fingerprint of the module's and optimizers' tensors at ``T``. A fit resumed from the file restores ``C``,
+``replay_to`` record: the transitions from ``C`` to ``T`` as the run made them, the chart's digest and (in one
+process) a fingerprint of the module's and optimizers' tensors at ``T``. A fit resumed from the file restores ``C``,
 re-executes to ``T`` checking each transition against the record (:class:`Follower`, an observer of
 the stage) and at ``T`` the fingerprint, then simply continues: the run is the original's, bitwise.
 """
@@ -94,8 +94,11 @@ def fingerprint(module: torch.nn.Module, optimizers: Sequence[torch.optim.Optimi
     return h.hexdigest()
 
 
-def record(chart: Chart, run_dir: str, start: int, steps: Iterable[Step], target: int, print_: str) -> dict[str, Any]:
-    """The ``replay_to`` record: from transition ``start`` (the saved state's) to ``target``, made as ``steps``."""
+def record(chart: Chart, run_dir: str, start: int, steps: Iterable[Step], target: int, values: str) -> dict[str, Any]:
+    """The ``replay_to`` record: from transition ``start`` (the saved state's) to ``target``, made as ``steps``.
+
+    ``values``: the :func:`fingerprint` at ``target`` (``""``: not checked, a run of several processes).
+    """
     return {
         "format": REPLAY_TO_FORMAT,
         "chart": chart_digest(chart),
@@ -103,7 +106,7 @@ def record(chart: Chart, run_dir: str, start: int, steps: Iterable[Step], target
         "from": start,
         "to": target,
         "transitions": [{k: getattr(s, k) for k in _FIELDS} for s in steps],
-        "fingerprint": print_,
+        "fingerprint": values,
     }
 
 
