@@ -825,7 +825,7 @@ class _EpochMarks:
     def __init__(self) -> None:
         self.starts: list[tuple[float, float, float]] = []  # (wall, CPU, seconds in fsync so far)
         self.ends: list[tuple[float, float, float]] = []
-        self.fsync_s = 0.0  # seconds waited in os.fsync so far (checkpoints, history): the disk's part of an epoch
+        self.fsync_s = 0.0  # seconds the training thread waited in os.fsync so far: the disk's part of an epoch
 
     def _now(self) -> tuple[float, float, float]:
         return time.perf_counter(), time.process_time(), self.fsync_s
@@ -846,9 +846,19 @@ class _EpochMarks:
         }
 
     def timed_fsync(self) -> Callable[[Any], None]:
-        real = os.fsync
+        """``os.fsync`` that adds the calling thread's wait to ``fsync_s`` when it is this (the training) thread.
+
+        The background checkpoint save fsyncs on its own thread while the next epoch runs: that wait is no
+        part of an epoch's wall time, so it is not counted.
+        """
+        import threading
+
+        real, training = os.fsync, threading.get_ident()
 
         def timed(fd: Any) -> None:
+            if threading.get_ident() != training:
+                real(fd)
+                return
             t0 = time.perf_counter()
             try:
                 real(fd)

@@ -591,7 +591,7 @@ def _long_round(result: dict[str, Any], early_from: int, window: int) -> dict[st
     cpu, fsync = result.get("epoch_cpu_ms") or [], result.get("epoch_fsync_ms") or []
     if len(cpu) == len(ms):  # the process's CPU time per epoch
         out["cpu"] = growth(cpu)[2]
-    if len(fsync) == len(ms):  # wall time less the waits for the disk (fsync of checkpoints and history)
+    if len(fsync) == len(ms):  # wall time less the training thread's waits for the disk (fsync of the history)
         out["wall_less_fsync"] = growth([w - f for w, f in zip(ms, fsync, strict=True)])[2]
     paired, fresh = result.get("paired") or {}, result.get("companion") or {}
     if "error" in fresh:
