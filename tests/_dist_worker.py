@@ -29,39 +29,58 @@ WORKER = str(Path(__file__).resolve())
 # -- launching (used by the tests) -------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def free_port(*taken: int) -> int:
+    """A port free now on 127.0.0.1, none of ``taken`` (ports chosen for launches not started yet)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in taken:
+            return port
 
 
 def torchrun(*args: str) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", *args]
 
 
-def run_all(commands: list[list[str]], cwd: Path, timeout: float) -> list[str]:
-    """Run the commands at once; each one's stdout+stderr. Raise on a failure or after ``timeout`` seconds."""
-    procs = [
-        subprocess.Popen(
-            cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
-        )
-        for cmd in commands
-    ]
-    outputs = []
-    try:
-        for proc in procs:
-            outputs.append(proc.communicate(timeout=timeout)[0])
-    except subprocess.TimeoutExpired:
-        outputs.append("(timed out)")
-    finally:
-        for proc in procs:
+class Started:
+    """Commands started at once, each in its own session; ``wait`` collects them (``run_all`` in two halves)."""
+
+    def __init__(self, commands: list[list[str]], cwd: Path) -> None:
+        self.commands = commands
+        self.procs = [
+            subprocess.Popen(
+                cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+            )
+            for cmd in commands
+        ]
+
+    def wait(self, timeout: float) -> list[str]:
+        """Each one's stdout+stderr. Raise on a failure or after ``timeout`` seconds (from this call)."""
+        outputs = []
+        try:
+            for proc in self.procs:
+                outputs.append(proc.communicate(timeout=timeout)[0])
+        except subprocess.TimeoutExpired:
+            outputs.append("(timed out)")
+        finally:
+            self.stop()
+        failed = [i for i, proc in enumerate(self.procs) if proc.returncode != 0]
+        if failed:
+            raise AssertionError(f"{[self.commands[i] for i in failed]} failed:\n" + "\n".join(outputs)[-6000:])
+        return outputs
+
+    def stop(self) -> None:
+        """Kill whatever is still running (with everything it started)."""
+        for proc in self.procs:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-    failed = [i for i, proc in enumerate(procs) if proc.returncode != 0]
-    if failed:
-        raise AssertionError(f"{[commands[i] for i in failed]} failed:\n" + "\n".join(outputs)[-6000:])
-    return outputs
+
+
+def run_all(commands: list[list[str]], cwd: Path, timeout: float) -> list[str]:
+    """Run the commands at once; each one's stdout+stderr. Raise on a failure or after ``timeout`` seconds."""
+    return Started(commands, cwd).wait(timeout)
 
 
 def load(out: Path, scenario: str, rank: int = 0) -> Any:

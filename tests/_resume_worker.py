@@ -16,7 +16,8 @@ Options:
 - ``--die-in-save K``: SIGKILL itself halfway through writing its K-th checkpoint;
 - ``--slow-step SECONDS``: sleep that long in every training step after the first two (a run to interrupt
   mid-batch);
-- ``--trace FILE``: write the names of all events, in order, as JSON.
+- ``--trace FILE``: write the names of all events, in order, as JSON;
+- ``--go``: started ahead of its turn (``ahead``): import everything, then wait for a line on stdin before the run.
 
 Exit codes: 0 finished, 3 every ``--save-at`` run crashed as asked, 128+signum when preempted,
 130 on Ctrl-C (stderr then says ``interrupted: checkpoint=PATH``, the file the interruption saved, or none).
@@ -25,6 +26,8 @@ Exit codes: 0 finished, 3 every ``--save-at`` run crashed as asked, 128+signum w
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
 import io
 import json
 import os
@@ -227,7 +230,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--die-in-save", type=int)
     p.add_argument("--slow-step", type=float, default=0.0)
     p.add_argument("--trace")
+    p.add_argument("--go", action="store_true")
     args = p.parse_args(argv)
+    if args.go:
+        importlib.import_module("torch._dynamo")  # what the first optimizer imports: start-up, done ahead
+        if sys.stdin.readline() != "go\n":  # the test ended without letting it run
+            return 1
     torch.set_num_threads(1)
     if args.die_in_save:
         die_in_save(args.die_in_save)
@@ -250,12 +258,27 @@ def worker(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]
     )
 
 
-def workers(*arglists: list[str], timeout: float = 180) -> list[tuple[int, str]]:
-    """Run this script once per argument list, concurrently, each in a fresh process: (exit code, stderr)."""
-    procs = [
-        subprocess.Popen([sys.executable, __file__, *a], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+def ahead(*arglists: list[str]) -> list[subprocess.Popen[str]]:
+    """Start this script once per argument list, each in a fresh process that starts up and waits for ``go``."""
+    return [
+        subprocess.Popen(
+            [sys.executable, __file__, "--go", *a],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for a in arglists
     ]
+
+
+def go(procs: list[subprocess.Popen[str]], timeout: float = 180) -> list[tuple[int, str]]:
+    """Let workers started by ``ahead`` run, all at once; wait for them: (exit code, stderr) of each."""
+    for proc in procs:
+        assert proc.stdin is not None
+        with contextlib.suppress(BrokenPipeError):  # it ended already: its exit code and stderr say why
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
     done = []
     for proc in procs:
         try:
@@ -265,6 +288,19 @@ def workers(*arglists: list[str], timeout: float = 180) -> list[tuple[int, str]]
             _, err = proc.communicate()
         done.append((proc.returncode, err))
     return done
+
+
+def stop(procs: list[subprocess.Popen[str]]) -> None:
+    """End workers started by ``ahead`` that are still running (a test failed before it let them go)."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def workers(*arglists: list[str], timeout: float = 180) -> list[tuple[int, str]]:
+    """Run this script once per argument list, concurrently, each in a fresh process: (exit code, stderr)."""
+    return go(ahead(*arglists), timeout)
 
 
 def reference(base: Path) -> tuple[dict[str, Any], list[str]]:

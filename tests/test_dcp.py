@@ -233,6 +233,7 @@ _SAVER = """
 import sys, torch
 from interlock.plugins.sharded_writer import save_sharded
 target, i = sys.argv[1], 0
+sys.stdin.readline()  # started ahead of its turn: imports done, it waits for the go
 while True:
     i += 1
     tensors = {"model": {"w": torch.full((256, 1024), float(i))}}
@@ -249,17 +250,31 @@ def test_a_sigkill_mid_save_leaves_the_previous_checkpoint_whole(tmp_path: Path)
 
     target = tmp_path / "last.ckpt"
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    for delay in random.Random(0).sample([0.05 * k for k in range(1, 30)], 4):
-        proc = subprocess.Popen([sys.executable, "-c", _SAVER, str(target)], stdout=subprocess.PIPE, env=env)
-        assert proc.stdout is not None
-        proc.stdout.readline()  # one save is complete
-        time.sleep(delay)
-        proc.kill()
-        proc.wait()
-        manifest = sharded_io.read_manifest(target)  # every file hash-checked
-        assert manifest["world_size"] == 1
-        w_ = sharded_io.load_all(target)["model"]["w"]
-        assert torch.equal(w_, torch.full_like(w_, w_[0, 0].item()))
+
+    def saver() -> subprocess.Popen[bytes]:
+        cmd = [sys.executable, "-c", _SAVER, str(target)]
+        return subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+
+    delays = random.Random(0).sample([0.05 * k for k in range(1, 30)], 4)
+    ahead = saver()  # each saver imports while its predecessor runs; one saver writes at a time
+    try:
+        for n, delay in enumerate(delays):
+            proc, ahead = ahead, (saver() if n + 1 < len(delays) else None)
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write(b"go\n")
+            proc.stdin.flush()
+            assert proc.stdout.readline()  # one save is complete
+            time.sleep(delay)
+            proc.kill()
+            proc.wait()
+            manifest = sharded_io.read_manifest(target)  # every file hash-checked
+            assert manifest["world_size"] == 1
+            w_ = sharded_io.load_all(target)["model"]["w"]
+            assert torch.equal(w_, torch.full_like(w_, w_[0, 0].item()))
+    finally:
+        if ahead is not None:
+            ahead.kill()
+            ahead.wait()
     tensors = {"model": {"w": torch.zeros(1)}}
     save_sharded(target, tensors, {"state": {}})
     assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]  # the killed saves' leftovers are gone

@@ -43,25 +43,43 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch.Tenso
 
 
 @pytest.fixture(scope="module")
-def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, Any]], str]:
-    out = tmp_path_factory.mktemp("ddp")
-    cmd = w.torchrun("--nproc-per-node=2", f"--master-port={w.free_port()}", w.WORKER, "distributed", str(out))
-    (log,) = w.run_all([cmd], out, TIMEOUT)
+def started(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The module's three real-process runs, started together at the first use of one: they are independent, and
+    one's start-up (a launcher importing torch, a rank fitting on one device) leaves a core the others use."""
+    out = {name: tmp_path_factory.mktemp(name) for name in ("ddp", "spawn", "precision")}
+    port = w.free_port()
+    runs = {
+        "ddp": [w.torchrun("--nproc-per-node=2", f"--master-port={port}", w.WORKER, "distributed", str(out["ddp"]))],
+        "spawn": [[w.sys.executable, w.WORKER, "spawn", str(out["spawn"])]],
+        "precision": [
+            w.torchrun("--nproc-per-node=2", f"--master-port={w.free_port(port)}", w.WORKER, "precision",
+                       str(out["precision"]))
+        ],
+    }  # fmt: skip
+    handles = {name: (out[name], w.Started(commands, out[name])) for name, commands in runs.items()}
+    yield handles
+    for _, handle in handles.values():
+        handle.stop()
+
+
+@pytest.fixture(scope="module")
+def ddp_run(started: Any) -> tuple[Path, list[dict[str, Any]], str]:
+    out, handle = started["ddp"]
+    (log,) = handle.wait(TIMEOUT)
     return out, [w.load(out, "distributed", r) for r in (0, 1)], log
 
 
 @pytest.fixture(scope="module")
-def spawn_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
-    out = tmp_path_factory.mktemp("spawn")
-    (log,) = w.run_all([[w.sys.executable, w.WORKER, "spawn", str(out)]], out, TIMEOUT)
+def spawn_run(started: Any) -> tuple[dict[str, Any], str]:
+    out, handle = started["spawn"]
+    (log,) = handle.wait(TIMEOUT)
     return w.load(out, "spawn"), log
 
 
 @pytest.fixture(scope="module")
-def precision_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    out = tmp_path_factory.mktemp("precision")
-    cmd = w.torchrun("--nproc-per-node=2", f"--master-port={w.free_port()}", w.WORKER, "precision", str(out))
-    w.run_all([cmd], out, TIMEOUT)
+def precision_run(started: Any) -> dict[str, Any]:
+    out, handle = started["precision"]
+    handle.wait(TIMEOUT)
     results = {}
     for rank in (0, 1):
         for key, value in w.load(out, "precision", rank).items():

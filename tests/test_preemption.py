@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import pytest
 import torch
 
 import interlock
-from _resume_worker import compare, reference, worker, workers
+from _resume_worker import ahead, compare, go, reference, stop, workers
 from conftest import TinyModule, loader, only
 from interlock.connectors.signals import PreemptionFlag
 from interlock.listeners.checkpoint import ModelCheckpoint
@@ -69,13 +70,19 @@ def test_sigterm_saves_at_the_next_boundary_exits_128_plus_signum_and_resumes_ex
 ) -> None:
     """A real SIGTERM: the worker saves last.ckpt at the next batch boundary, exits 143; resuming is bitwise exact."""
     proc = start(tmp_path)
-    assert wait_for_batches(proc, 7)
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
-    saved = IO.load_checkpoint(last_ckpt(tmp_path))["state"]
-    assert saved["chart"] in BOUNDARIES and saved["progress"]["train_batches"] >= 7
-    resumed = worker("--root", str(tmp_path), "--ckpt", "last", "--out", str(tmp_path / "o.pt"))
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    resume = ahead(["--root", str(tmp_path), "--ckpt", "last", "--out", str(tmp_path / "o.pt")])
+    try:  # the resuming process starts up while the first trains; it begins after the first has exited
+        assert wait_for_batches(proc, 7)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+        saved = IO.load_checkpoint(last_ckpt(tmp_path))["state"]
+        assert saved["chart"] in BOUNDARIES and saved["progress"]["train_batches"] >= 7
+        ((code, err),) = go(resume)
+        assert code == 0, err[-3000:]
+    finally:
+        stop(resume)
+        proc.kill()
+        proc.wait()
     assert compare(expected, torch.load(tmp_path / "o.pt", weights_only=True)) == []
 
 
@@ -121,19 +128,16 @@ def test_preemption_flag_only_records_the_first_signal() -> None:
     assert signal.getsignal(signal.SIGUSR1) == before
 
 
-def test_sigkill_at_random_moments_leaves_a_loadable_last_checkpoint_that_resumes_exactly(
-    expected: dict[str, Any], tmp_path: Path
-) -> None:
-    """SIGKILL at >= 20 random moments (some inside a checkpoint write): last.ckpt always loads, resuming is exact.
+def kill_chain(expected: dict[str, Any], base: Path, rng: random.Random, wanted: int, mid_save: set[int]) -> Any:
+    """Kill workers until ``wanted`` SIGKILLs: each resumes from the last.ckpt its killed predecessor left.
 
-    One chain of processes: each resumes from the last.ckpt its killed predecessor left and is killed in turn;
-    the survivor's end, and independent resumes of saved snapshots, must equal the uninterrupted run.
+    Kills numbered in ``mid_save`` land halfway through writing a checkpoint. A worker that finishes before its
+    kill is checked against ``expected`` and a new chain starts. Returns (snapshots of last.ckpt after each kill,
+    the unfinished chain's root, how many chains finished).
     """
-    rng = random.Random(20240607)
-    mid_save = {3, 9, 15}  # kills that land halfway through writing a checkpoint, deterministically
     kills, finished, snapshots = 0, 0, []
-    root = tmp_path / "chain0"
-    while kills < 20:
+    root = base / "chain0"
+    while kills < wanted:
         last = last_ckpt(root)
         args = ["--ckpt", "last"] if last else []
         if kills in mid_save:
@@ -153,20 +157,43 @@ def test_sigkill_at_random_moments_leaves_a_loadable_last_checkpoint_that_resume
         if code == 0:  # it finished before the kill: check it, start another chain
             assert compare(expected, torch.load(root / "out.pt", weights_only=True)) == []
             finished += 1
-            root = tmp_path / f"chain{finished}"
+            root = base / f"chain{finished}"
             continue
         assert code == -signal.SIGKILL
         kills += 1
         last = last_ckpt(root)
         if last is not None:
             IO.load_checkpoint(last)  # a killed run never leaves a broken last.ckpt
-            snapshots.append(shutil.copy(last, tmp_path / f"snapshot{kills}.ckpt"))
+            snapshots.append(shutil.copy(last, base / f"snapshot{kills}.ckpt"))
+    return snapshots, root, finished
+
+
+def test_sigkill_at_random_moments_leaves_a_loadable_last_checkpoint_that_resumes_exactly(
+    expected: dict[str, Any], tmp_path: Path
+) -> None:
+    """SIGKILL at >= 20 random moments (some inside a checkpoint write): last.ckpt always loads, resuming is exact.
+
+    Two chains of processes side by side, 10 kills each: each process resumes from the last.ckpt its killed
+    predecessor left and is killed in turn; the survivors' ends, and independent resumes of saved snapshots, must
+    equal the uninterrupted run.
+    """
+    rng = random.Random(20240607)
+    plans = [
+        (tmp_path / "a", random.Random(rng.random()), 10, {3, 9}),
+        (tmp_path / "b", random.Random(rng.random()), 10, {5}),
+    ]
+    with ThreadPoolExecutor(len(plans)) as pool:  # one chain's worker runs while the other's starts up
+        chains = [f.result() for f in [pool.submit(kill_chain, expected, *plan) for plan in plans]]
+    snapshots = [snap for snaps, _, _ in chains for snap in snaps]
     stray = len(list(tmp_path.rglob("*.tmp")))  # writes a kill cut short: never renamed into place
+    kills, finished = sum(wanted for _, _, wanted, _ in plans), sum(done for _, _, done in chains)
     print(f"{kills} kills, {finished} chains finished, {len(snapshots)} snapshots, {stray} cut-short writes left")
     assert snapshots
-    picked = rng.sample(snapshots, min(2, len(snapshots)))
-    runs = [["--root", str(root), "--out", str(root / "out.pt"), *(["--ckpt", "last"] if last_ckpt(root) else [])]]
-    for i, snap in enumerate(picked):
+    runs = [
+        ["--root", str(root), "--out", str(root / "out.pt"), *(["--ckpt", "last"] if last_ckpt(root) else [])]
+        for _, root, _ in chains
+    ]
+    for i, snap in enumerate(rng.sample(snapshots, min(2, len(snapshots)))):
         runs.append(["--root", str(tmp_path / f"alone{i}"), "--ckpt", str(snap), "--out", str(tmp_path / f"{i}.pt")])
     for (code, err), args in zip(workers(*runs), runs, strict=True):
         assert code == 0, err[-3000:]

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader, IterableDataset
 
 import interlock
-from _resume_worker import compare, reference, worker, workers
+from _resume_worker import ahead, compare, go, reference, stop, worker
 from conftest import TinyModule, loader, only
 from interlock import CheckpointError, SaveCheckpoint
 from interlock.listeners.checkpoint import ModelCheckpoint
@@ -62,14 +62,19 @@ def test_interrupted_at_any_transition_resumes_bitwise_in_fresh_process(
     expected, names = ref
     numbers = transition_numbers(names, points)
     root = tmp_path_factory.mktemp("interrupted")
-    proc = worker("--root", str(root), "--save-at", ",".join(map(str, numbers)))
-    assert proc.returncode == 3, proc.stderr[-3000:]
     ckpts = [root / str(n) / "interrupted.ckpt" for n in numbers]
-    charts = [IO.load_checkpoint(c)["state"]["chart"] for c in ckpts]
     outs = [c.with_name("resumed.pt") for c in ckpts]
-    runs = workers(
+    # the resuming processes start up while the interrupted runs train; they begin once every checkpoint is written
+    resumes = ahead(
         *[["--root", str(c.parent), "--ckpt", str(c), "--out", str(o)] for c, o in zip(ckpts, outs, strict=True)]
     )
+    try:
+        proc = worker("--root", str(root), "--save-at", ",".join(map(str, numbers)))
+        assert proc.returncode == 3, proc.stderr[-3000:]
+        charts = [IO.load_checkpoint(c)["state"]["chart"] for c in ckpts]
+        runs = go(resumes)
+    finally:
+        stop(resumes)
     for n, chart, out, (code, err) in zip(numbers, charts, outs, runs, strict=True):
         where = f"save requested at event {n} ({names[n - 1]}), taken at {chart}"
         assert code == 0, f"{where}: resume failed\n{err[-3000:]}"
@@ -81,10 +86,14 @@ def test_finished_run_resumed_with_more_epochs_equals_longer_run(
 ) -> None:
     """A finished 2-epoch run resumed from "last" with max_epochs=3 ends bitwise like a 3-epoch run."""
     expected, _ = ref
-    first = worker("--root", str(tmp_path), "--max-epochs", "2")
-    assert first.returncode == 0, first.stderr[-3000:]
-    second = worker("--root", str(tmp_path), "--max-epochs", "3", "--ckpt", "last", "--out", str(tmp_path / "o.pt"))
-    assert second.returncode == 0, second.stderr[-3000:]
+    second = ahead(["--root", str(tmp_path), "--max-epochs", "3", "--ckpt", "last", "--out", str(tmp_path / "o.pt")])
+    try:  # the second process starts up while the first trains; it begins after the first has ended
+        first = worker("--root", str(tmp_path), "--max-epochs", "2")
+        assert first.returncode == 0, first.stderr[-3000:]
+        ((code, err),) = go(second)
+        assert code == 0, err[-3000:]
+    finally:
+        stop(second)
     assert compare(expected, torch.load(tmp_path / "o.pt", weights_only=True)) == []
 
 

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 import interlock
-from _resume_worker import compare, reference, worker
+from _resume_worker import ahead, compare, go, reference, stop
 from conftest import TinyModule, loader, only
 from interlock import CheckpointError
 from interlock.cli.main import main
@@ -761,25 +761,29 @@ def test_the_first_ctrl_c_saves_at_the_next_boundary_and_resumes_exactly(
     """One SIGINT: a notice with the resume command, a save at a boundary, exit 130; the resume is bitwise exact."""
     err = tmp_path / "err.txt"
     proc = _start(tmp_path, err)
-    try:
-        lines = Lines(proc)
-        for _ in range(5):
-            lines.wait_for("batch ")
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=60) == 130
+    resume = ahead(["--root", str(tmp_path), "--ckpt", "last", "--out", str(tmp_path / "o.pt")])
+    try:  # the resuming process starts up while the first trains; it begins after the first has exited
+        try:
+            lines = Lines(proc)
+            for _ in range(5):
+                lines.wait_for("batch ")
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=60) == 130
+        finally:
+            proc.kill()
+            proc.communicate(timeout=60)
+        last = tmp_path / "runs" / "version_0" / "checkpoints" / "last.ckpt"
+        text = err.read_text()
+        assert f"interlock: Ctrl-C: saving {last} at the next batch boundary" in text
+        assert f"resume with fit(..., ckpt_path='{last}')" in text
+        assert f"interrupted: checkpoint={last}" in text
+        saved = IO.load_checkpoint(last)["state"]
+        assert saved["chart"] in BOUNDARIES and saved["progress"]["train_batches"] >= 5
+        ((code, resumed),) = go(resume)
     finally:
-        proc.kill()
-        proc.communicate(timeout=60)
-    last = tmp_path / "runs" / "version_0" / "checkpoints" / "last.ckpt"
-    text = err.read_text()
-    assert f"interlock: Ctrl-C: saving {last} at the next batch boundary" in text
-    assert f"resume with fit(..., ckpt_path='{last}')" in text
-    assert f"interrupted: checkpoint={last}" in text
-    saved = IO.load_checkpoint(last)["state"]
-    assert saved["chart"] in BOUNDARIES and saved["progress"]["train_batches"] >= 5
-    resumed = worker("--root", str(tmp_path), "--ckpt", "last", "--out", str(tmp_path / "o.pt"))
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"interlock: resuming {last}" in resumed.stderr
+        stop(resume)
+    assert code == 0, resumed[-3000:]
+    assert f"interlock: resuming {last}" in resumed
     assert compare(expected, torch.load(tmp_path / "o.pt", weights_only=True)) == []
 
 
