@@ -44,17 +44,27 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch.Tenso
 
 @pytest.fixture(scope="module")
 def started(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """The module's three real-process runs, started together at the first use of one: they are independent, and
-    one's start-up (a launcher importing torch, a rank fitting on one device) leaves a core the others use."""
-    out = {name: tmp_path_factory.mktemp(name) for name in ("ddp", "spawn", "precision")}
-    port = w.free_port()
+    """The module's real-process runs, started together at the first use of one: they are independent, and one's
+    start-up (a launcher importing torch, a rank fitting on one device) leaves a core the others use."""
+    out = {name: tmp_path_factory.mktemp(name) for name in ("ddp", "spawn", "precision", "multinode", "teardown")}
+    ports: list[int] = []
+    for _ in range(3):
+        ports.append(w.free_port(*ports))
+    nodes = [
+        w.torchrun("--nnodes=2", "--nproc-per-node=1", f"--node-rank={node}", "--master-addr=127.0.0.1",
+                   f"--master-port={ports[2]}", w.WORKER, "multinode", str(out["multinode"]))
+        for node in (0, 1)
+    ]  # fmt: skip
     runs = {
-        "ddp": [w.torchrun("--nproc-per-node=2", f"--master-port={port}", w.WORKER, "distributed", str(out["ddp"]))],
+        "ddp": [
+            w.torchrun("--nproc-per-node=2", f"--master-port={ports[0]}", w.WORKER, "distributed", str(out["ddp"]))
+        ],
         "spawn": [[w.sys.executable, w.WORKER, "spawn", str(out["spawn"])]],
         "precision": [
-            w.torchrun("--nproc-per-node=2", f"--master-port={w.free_port(port)}", w.WORKER, "precision",
-                       str(out["precision"]))
+            w.torchrun("--nproc-per-node=2", f"--master-port={ports[1]}", w.WORKER, "precision", str(out["precision"]))
         ],
+        "multinode": nodes,  # two torchrun invocations, one process each: one fit on two nodes
+        "teardown": [[sys.executable, "-c", RELEASE, str(out["teardown"])]],
     }  # fmt: skip
     handles = {name: (out[name], w.Started(commands, out[name])) for name, commands in runs.items()}
     yield handles
@@ -191,25 +201,12 @@ def test_ddp_on_one_device_is_a_group_of_one(spawn_run: Any, tmp_path: Path) -> 
     assert result["single"]["state"]["progress"]["global_step"] == 32
 
 
-def test_two_nodes_train_one_fit(tmp_path: Path, reference: dict[str, torch.Tensor]) -> None:
+def test_two_nodes_train_one_fit(started: Any, reference: dict[str, torch.Tensor]) -> None:
     """Two torchrun invocations (--nnodes=2, one process each) train one fit together."""
-    port = w.free_port()
-    commands = [
-        w.torchrun(
-            "--nnodes=2",
-            "--nproc-per-node=1",
-            f"--node-rank={node}",
-            "--master-addr=127.0.0.1",
-            f"--master-port={port}",
-            w.WORKER,
-            "multinode",
-            str(tmp_path),
-        )
-        for node in (0, 1)
-    ]
-    w.run_all(commands, tmp_path, TIMEOUT)
+    out, handle = started["multinode"]
+    handle.wait(TIMEOUT)
     for rank in (0, 1):
-        result = w.load(tmp_path, "multinode", rank)
+        result = w.load(out, "multinode", rank)
         assert result["world_size"] == 2
         _close(result["equivalence"]["weights"], reference)
 
@@ -289,13 +286,11 @@ print("ALIVE", len(alive))
 """
 
 
-def test_teardown_releases_the_ddp_wrapper_before_exit(tmp_path: Path) -> None:
+def test_teardown_releases_the_ddp_wrapper_before_exit(started: Any) -> None:
     """After fit the DDP wrapper is gone (not left for interpreter exit, where its destruction aborted ranks)."""
-    proc = subprocess.run(
-        [sys.executable, "-c", RELEASE, str(tmp_path)], capture_output=True, text=True, timeout=240, check=False
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "ALIVE 0" in proc.stdout, proc.stdout
+    _, handle = started["teardown"]
+    (output,) = handle.wait(240)  # raises, with the output, unless it exited 0
+    assert "ALIVE 0" in output, output
 
 
 def test_ddp_exit_check_tool_reports_clean_runs() -> None:
