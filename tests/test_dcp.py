@@ -60,14 +60,21 @@ def _global(results: list[dict[str, Any]]) -> list[int]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
-    """Uninterrupted runs on 2 and 1 ranks that save at step 3; then resumes on 1, 2, 3 ranks."""
+    """Uninterrupted runs on 2 and 1 ranks that save at step 3; then resumes on 1, 2, 3 ranks.
+
+    Each resume starts as soon as the run it resumes has ended (the others still running): every launch waits
+    only for what it reads.
+    """
     root = tmp_path_factory.mktemp("dcp")
     two, one = root / "two" / "mid.ckpt", root / "one" / "mid.ckpt"
     ddp = root / "ddp" / "mid.ckpt"
-    saves = [*_slurm(root / "two", two, 2, 3, "save"), *_launch(root / "one", one, 1, 6, "save")]
-    saves += _launch(root / "ddp", ddp, 2, 3, "save", "ddp_sharded")
     topk = w.torchrun("--nproc-per-node=2", f"--master-port={w.free_port()}", w.WORKER, "topk", str(root / "topk"))
-    w.run_all([*saves, topk], root, TIMEOUT)
+    saves = {
+        "one": w.Started(_launch(root / "one", one, 1, 6, "save"), root),
+        "ddp": w.Started(_launch(root / "ddp", ddp, 2, 3, "save", "ddp_sharded"), root),
+        "two": w.Started(_slurm(root / "two", two, 2, 3, "save"), root),
+        "topk": w.Started([topk], root),
+    }
     plan2 = {
         "2to1": (1, 6, two),
         "2to3": (3, 2, two),
@@ -75,11 +82,31 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, A
         "1to2": (2, 3, one),
         "2to1_small": (1, 3, two),
     }
-    launches = [c for k, (n, b, ckpt) in plan2.items() for c in _launch(root / k, ckpt, n, b, "resume")]
-    requeue = _slurm(root / "requeue", "last", 3, 2, "resume", RESHARD_ROOT=root / "two", SLURM_RESTART_COUNT=1)
-    ddp_resumes = [*_launch(root / "ddp2to1", ddp, 1, 6, "resume", "ddp_sharded")]
-    ddp_resumes += _launch(root / "ddp2to2", ddp, 2, 3, "resume", "ddp_sharded")
-    w.run_all([*launches, *requeue, *ddp_resumes], root, TIMEOUT)
+
+    def resuming(ckpt: Path) -> list[list[str]]:
+        return [
+            c for k, (n, b, saved) in plan2.items() if saved == ckpt for c in _launch(root / k, ckpt, n, b, "resume")
+        ]
+
+    resumes = {  # what each save's checkpoint is resumed by, launched once that save has ended
+        "one": lambda: resuming(one),
+        "ddp": lambda: [*_launch(root / "ddp2to1", ddp, 1, 6, "resume", "ddp_sharded"),
+                        *_launch(root / "ddp2to2", ddp, 2, 3, "resume", "ddp_sharded")],
+        "two": lambda: [
+            *resuming(two),
+            *_slurm(root / "requeue", "last", 3, 2, "resume", RESHARD_ROOT=root / "two", SLURM_RESTART_COUNT=1),
+        ],
+    }  # fmt: skip
+    later: list[w.Started] = []
+    try:
+        for name, commands in resumes.items():  # in the order the saves usually end
+            saves[name].wait(TIMEOUT)
+            later.append(w.Started(commands(), root))
+        for handle in [saves["topk"], *later]:
+            handle.wait(TIMEOUT)
+    finally:
+        for handle in [*saves.values(), *later]:
+            handle.stop()
     sizes = {"two": 2, "one": 1, "requeue": 3, "ddp": 2, "ddp2to1": 1, "ddp2to2": 2}
     sizes |= {k: n for k, (n, _, _) in plan2.items()}
     found = {k: _results(root / k, n) for k, n in sizes.items()}
