@@ -82,8 +82,13 @@ def test_bench_quick_json_shape() -> None:
         "epochs",
         "long",
         "failure",
+        "work",
     }
     assert report["config"]["quick"] is True
+    work = report["work"]["variants"]  # bytecodes per step, by whose code ran
+    assert work["plain"]["per_step"].get("interlock", 0) == 0 and work["plain"]["per_step"]["bench"] > 0
+    for name in ("interlock_bare", "interlock_default"):
+        assert work[name]["per_step"]["interlock"] > 0 and work[name]["over_plain"] > 0, work[name]
     failure = report["failure"]  # the flight recorder writes once, at the failure; the replay reproduces it
     assert failure["status"] == "ok" and failure["reproduced"] is True, failure
     assert _finite(failure["record_ms"]) and failure["replay_started_at"] > 0  # from a checkpoint, not step 0
@@ -158,6 +163,21 @@ def test_bench_quick_json_shape() -> None:
     assert all(long[k] in ("PASS", "MISS") for k in ("epoch_verdict", "ckpt_verdict", "bytes_verdict"))
     assert bare["target_ratio"] == 1.03 and bare["ratio_verdict"] in ("PASS", "MISS")
     assert _finite(bare["same_process_ratio"]) and len(bare["same_process_ratio_spread"]) == 2
+
+
+def test_bytecode_counts_per_step_are_exact_and_leave_set_up_out() -> None:
+    """Counting a variant's bytecodes per step twice gives the same numbers; interlock's own share is counted."""
+    sys.path.insert(0, str(BENCH.parent))
+    import _bench_workers as workers
+
+    spec = {"variant": "interlock_bare", "batch": 10, "short": 10, "long": 20}
+    first, again = workers.run_opcodes(spec), workers.run_opcodes(spec)
+    assert first == again
+    assert first["per_step"]["interlock"] > 50  # the chart's walk and the actions, every step
+    longer = workers.run_opcodes({**spec, "short": 15, "long": 30})  # set-up is left out: the same per step
+    for origin in ("interlock", "torch", "bench"):
+        assert longer["per_step"][origin] == first["per_step"][origin], origin
+    assert longer["total"] == pytest.approx(first["total"], abs=1.0)  # the stdlib's share may move by a fraction
 
 
 def test_bench_rejects_unknown_section() -> None:

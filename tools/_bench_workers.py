@@ -1098,7 +1098,62 @@ def run_failure(spec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _origin(filename: str) -> str:
+    """Whose code a frame runs: interlock's own, torch's, the bench's (module, loop), or the rest."""
+    if f"{os.sep}interlock{os.sep}" in filename and f"{os.sep}tools{os.sep}" not in filename:
+        return "interlock"
+    if f"{os.sep}torch{os.sep}" in filename:
+        return "torch"
+    return "bench" if filename == __file__ else "other"
+
+
+def _count_opcodes(spec: dict[str, Any]) -> dict[str, int]:
+    """Python bytecodes executed by one ``run_steps(spec)``, by the origin of their code (set-up included)."""
+    counts: dict[str, int] = {}
+    origins: dict[Any, str] = {}
+
+    def trace(frame: Any, event: str, arg: Any) -> Any:
+        code = frame.f_code
+        origin = origins.get(code)
+        if origin is None:
+            origin = origins[code] = _origin(code.co_filename)
+        frame.f_trace_opcodes = True
+
+        def local(frame: Any, event: str, arg: Any) -> Any:
+            if event == "opcode":
+                counts[origin] = counts.get(origin, 0) + 1
+            return local
+
+        return local
+
+    gc.collect()
+    gc.disable()  # no collection (nor the step clock's gc callback) at allocation-dependent moments: exact counts
+    sys.settrace(trace)
+    try:
+        run_steps(spec)
+    finally:
+        sys.settrace(None)
+        gc.enable()
+    return counts
+
+
+def run_opcodes(spec: dict[str, Any]) -> dict[str, Any]:
+    """Python bytecodes per training step of one variant: a count, not a time, so it is exactly repeatable.
+
+    Two runs of ``short`` and ``long`` steps; their difference over the extra steps leaves set-up
+    out. Split by whose code ran: interlock's, torch's, the bench's own module and loop, the rest.
+    """
+    base = {"task": "steps", "variant": spec["variant"], "batch": spec["batch"]}
+    _count_opcodes({**base, "samples": spec["batch"] * 20})  # imports and first-call caches, not counted
+    short, long = spec["short"], spec["long"]
+    a = _count_opcodes({**base, "samples": spec["batch"] * short})
+    b = _count_opcodes({**base, "samples": spec["batch"] * long})
+    per = {k: (b.get(k, 0) - a.get(k, 0)) / (long - short) for k in sorted(set(a) | set(b))}
+    return {"per_step": per, "total": sum(per.values()), "steps": [short, long]}
+
+
 TASKS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "opcodes": run_opcodes,
     "failure": run_failure,
     "long": run_long,
     "long_companion": run_long_companion,

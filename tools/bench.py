@@ -33,7 +33,7 @@ HERE = Path(__file__).resolve().parent
 WORKER = HERE / "_bench_workers.py"
 SRC = HERE.parent / "src"
 
-SECTIONS = ("steps", "ddp", "ckpt", "resume", "rss", "epochs", "long", "failure")
+SECTIONS = ("steps", "work", "ddp", "ckpt", "resume", "rss", "epochs", "long", "failure")
 STEP_VARIANTS = (
     "plain",
     "prebatched",
@@ -111,6 +111,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "long_steps_per_epoch": 200,
         "failure_steps": 2_000,
         "failure_epochs": 10,
+        "work_steps": [100, 300],
     },
     "quick": {
         "steps_samples": 200,
@@ -134,6 +135,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "long_steps_per_epoch": 50,
         "failure_steps": 20,
         "failure_epochs": 3,
+        "work_steps": [20, 40],
     },
 }
 
@@ -542,6 +544,30 @@ def section_rss(
     }
 
 
+#: The variants whose Python work per step is counted (``work``): the plain loop and interlock's.
+WORK_VARIANTS = ("plain", "interlock_bare", "interlock_default")
+
+
+def section_work(runner: Runner, size: dict[str, Any]) -> dict[str, Any]:
+    """Python bytecodes per training step, by whose code ran: exact, so a change of a few per step shows.
+
+    Time on a shared machine moves by more than the few µs a regression costs; a count of the
+    bytecodes each variant runs per step does not move at all between runs of the same code, and
+    shows where interlock's per-step Python work is (C work inside torch is not counted).
+    """
+    short, long = size["work_steps"]
+    runner.log(f"[work] Python bytecodes per step ({', '.join(WORK_VARIANTS)}): runs of {short} and {long} steps")
+    out: dict[str, Any] = {"steps": [short, long], "variants": {}}
+    for variant in WORK_VARIANTS:
+        spec = {"task": "opcodes", "variant": variant, "batch": size["batch"], "short": short, "long": long}
+        out["variants"][variant] = runner.run(spec)
+    plain = out["variants"]["plain"].get("total")
+    for row in out["variants"].values():
+        if "total" in row and plain is not None:
+            row["over_plain"] = row["total"] - plain
+    return out
+
+
 def section_epochs(runner: Runner, size: dict[str, Any]) -> dict[str, Any]:
     """How the cost of an epoch grows with the run: early epochs against the last ones, one long run."""
     epochs = size["growth_epochs"]
@@ -790,6 +816,18 @@ def render(report: dict[str, Any]) -> str:
                 f"us/step, interlock {_num(ddp['interlock_us_per_step'])} us/step, ratio "
                 f"{_num(ddp['ratio'], '{:.2f}x')} (target <= {ddp['target_ratio']:.2f}x) {ddp['verdict']}"
             )
+    wk = report.get("work")
+    if wk is not None:
+        lines.append("")
+        short, long = wk["steps"]
+        lines.append(f"Python bytecodes per training step (exact; runs of {short} and {long} steps):")
+        for name, row in wk["variants"].items():
+            if "error" in row:
+                lines.append(f"  {name}: error ({row['error']})")
+                continue
+            parts = ", ".join(f"{k} {v:.0f}" for k, v in row["per_step"].items())
+            extra = f", {row['over_plain']:+.0f} over plain" if name != "plain" and "over_plain" in row else ""
+            lines.append(f"  {name}: {row['total']:.0f}{extra} ({parts})")
     ck = report.get("ckpt")
     if ck is not None:
         lines.append("")
@@ -966,6 +1004,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "ckpt": lambda: section_ckpt(runner, size, repeats, warmup),
         "resume": lambda: section_resume(runner, size, repeats, warmup),
         "rss": lambda: section_rss(runner, size, repeats, warmup, steps_runs, args.variant_list),
+        "work": lambda: section_work(runner, size),
         "epochs": lambda: section_epochs(runner, size),
         "long": lambda: section_long(runner, size),
         "failure": lambda: section_failure(runner, size),
