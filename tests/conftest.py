@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 import pytest
@@ -9,6 +10,12 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import interlock
+
+# A shell that starts a command in the background without job control (`make test &` in a script) starts it
+# with SIGINT ignored, and an ignored signal stays ignored in every process started from it: the runs the
+# Ctrl-C tests interrupt would never see their SIGINT. A handler here is reset to the default in each child.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class TinyModule(interlock.Module):
