@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from _together import run_together
+
 BENCH = Path(__file__).resolve().parents[1] / "tools" / "bench.py"
 
 
@@ -35,27 +37,14 @@ HALVES = (",".join(FIRST), ",".join(s for s in _sections() if s not in FIRST))
 
 def _quick_report(variants: str) -> dict[str, Any]:
     """``bench.py --quick --json``, every section, run as two concurrent processes and merged into one report."""
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(BENCH), "--quick", "--json", "--quiet", "--only", half, "--variants", variants],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+    commands = [
+        [sys.executable, str(BENCH), "--quick", "--json", "--quiet", "--only", half, "--variants", variants]
         for half in HALVES
     ]
-    outputs = []
-    try:
-        for proc in procs:
-            outputs.append(proc.communicate(timeout=880))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    outputs = run_together(commands, timeout=880)
     reports = []
-    for proc, (out, err) in zip(procs, outputs, strict=True):
-        assert proc.returncode == 0, err[-3000:]
+    for code, out, err in outputs:
+        assert code == 0, err[-3000:]
         reports.append(json.loads(out))
     first, second = reports
     for half, report in zip(HALVES, reports, strict=True):

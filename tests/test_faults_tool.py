@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from _together import run_together
 
 TOOL = Path(__file__).resolve().parents[1] / "tools" / "faults.py"
 
@@ -24,28 +25,11 @@ def _quick_kinds() -> list[str]:
     return list(dict.fromkeys(a.kind for a in faults.attempts(True)))
 
 
-def _run_halves(kinds: list[str]) -> list[tuple[subprocess.Popen[str], dict[str, Any]]]:
+def _run_halves(kinds: list[str]) -> list[tuple[int, dict[str, Any]]]:
     """The short set as two processes at once, every other class in each (attempts are independent of each other)."""
     halves = [kinds[0::2], kinds[1::2]]
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(TOOL), "--quick", "--json", "--only", ",".join(half)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for half in halves
-    ]
-    outputs = []
-    try:
-        for proc in procs:
-            outputs.append(proc.communicate(timeout=880)[0])
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    return [(proc, json.loads(out)) for proc, out in zip(procs, outputs, strict=True)]
+    commands = [[sys.executable, str(TOOL), "--quick", "--json", "--only", ",".join(half)] for half in halves]
+    return [(code, json.loads(out)) for code, out, _ in run_together(commands, timeout=880)]
 
 
 @pytest.mark.timeout(900)
@@ -55,8 +39,8 @@ def test_the_short_fault_set_is_safe() -> None:
     assert {"checkpoints", "flags", "runs", "kills", "midsave", "storage"} <= set(kinds)
     results = _run_halves(kinds)
     assert sum(report["tried"] for _, report in results) >= 6, [report for _, report in results]
-    for proc, report in results:
+    for code, report in results:
         assert report["data loss"] == report["hang"] == report["code executed"] == 0, report["not_safe"]
         assert report["unclear error"] == 0, report["not_safe"]
-        assert proc.returncode == 0
+        assert code == 0
         assert report["summary"].startswith(f"tried {report['tried']}, safe {report['safe']}, data loss 0, hang 0")
