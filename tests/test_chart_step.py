@@ -6,6 +6,7 @@ import inspect
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from interlock.core.chart import ActionRef, Chart, load_chart
 from interlock.core.config import TrainerConfig
 from interlock.core.errors import ChartError
+from interlock.core.progress import Counters, FrozenCounters
 from interlock.core.registry import Registry
 from interlock.core.state import Progress, TrainerState
 from interlock.core.step import Count, Facts, check_agreement, compile_nodes, step
@@ -20,7 +22,7 @@ from interlock.loops import default_registry
 
 CHART = load_chart()
 REGISTRY = default_registry()
-FACTS = Facts(TrainerState(), Progress(), TrainerConfig())
+FACTS = Facts(TrainerState(), FrozenCounters(), TrainerConfig())
 
 
 def _machine(model: object, holds: dict[str, bool], log: list[tuple[str, str]]) -> Any:
@@ -138,7 +140,7 @@ facts_strategy = st.builds(
         eval_exhausted=st.booleans(),
         data=st.fixed_dictionaries({}, optional={"exhausted": st.booleans()}),
     ),
-    progress=st.builds(Progress, *[st.integers(0, 9)] * 6),
+    progress=st.builds(FrozenCounters, *[st.integers(0, 9)] * 6),
     config=st.sampled_from([1.0, 0.5, 2, 3]).flatmap(
         lambda interval: st.builds(
             TrainerConfig,
@@ -268,3 +270,17 @@ def test_a_user_guard_that_reads_an_agreed_fact_needs_its_agreement(tmp_path: Pa
         check_agreement(
             chart, {n: e.agreed for n, e in reg.guards.items()}, {n: e.agrees for n, e in reg.actions.items()}
         )
+
+
+@settings(max_examples=100, deadline=None)
+@given(values=st.lists(st.integers(0, 10**12), min_size=6, max_size=6))
+def test_the_facts_counters_are_the_progress_the_state_reports(values: list[int]) -> None:
+    """The counters a guard reads (`Counters.view`) have `Progress`'s fields and the values the state freezes."""
+    counters = Counters.from_progress(Progress(*values))
+    view, frozen = counters.view(), counters.freeze()
+    assert view._fields == tuple(f.name for f in attrs.fields(Progress))
+    assert tuple(getattr(frozen, name) for name in view._fields) == tuple(view) == tuple(values)
+    counters.global_step += 1  # a later counter operation does not reach facts already built
+    assert view.global_step == values[1]
+    with pytest.raises(AttributeError):
+        view.epoch = 5  # type: ignore[misc]

@@ -114,6 +114,22 @@ def test_sigterm_inside_validation_saves_there_and_restores_the_handler(tmp_path
     assert resumed.state.history == whole.state.history
 
 
+def test_a_signal_after_quiet_batches_is_agreed_at_that_batch_end(tmp_path: Path) -> None:
+    """No listener changes the state between batches; a SIGTERM in batch 6's step stops the run at its end."""
+
+    class Signalling(TinyModule):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            if self.global_step == 5:
+                os.kill(os.getpid(), signal.SIGTERM)
+            return super().training_step(batch, batch_idx)
+
+    trainer = interlock.Trainer(max_epochs=3, **only(), default_root_dir=tmp_path, num_sanity_val_steps=0)
+    with pytest.raises(interlock.Preempted):
+        trainer.fit(Signalling(), loader(64, 4))
+    assert (trainer.state.chart, trainer.state.status) == ("interrupted", "interrupted")
+    assert trainer.state.progress.global_step == 6  # the batch whose step got the signal finished
+
+
 def test_preemption_flag_only_records_the_first_signal() -> None:
     """The handler stores the signal number (first one wins) and nothing else; uninstall puts the old handler back."""
     before = signal.getsignal(signal.SIGUSR1)

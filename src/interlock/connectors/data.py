@@ -10,6 +10,7 @@ use those; anything else is replayed, with a warning that says so.
 
 from __future__ import annotations
 
+import itertools
 import math
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sized
@@ -100,8 +101,11 @@ class PositionSampler(Sampler[int]):
         return order
 
     def __iter__(self) -> Iterator[int]:
-        order = self.order()
-        yield from order[self.start :]
+        # the indices come from a list iterator (no Python code per index); the order is drawn at the first index
+        return itertools.chain.from_iterable(self._parts())
+
+    def _parts(self) -> Iterator[list[int]]:
+        yield self.order()[self.start :]
         if self.shuffle and self.generator is not None:
             torch.randperm(self.size, generator=self.generator)  # RandomSampler draws once more when exhausted
 

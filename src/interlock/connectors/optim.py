@@ -395,10 +395,13 @@ def register(reg: Registry) -> None:
                 optim.optimizers, cfg.gradient_clip_val, cfg.gradient_clip_algorithm == "norm"
             )
 
+        if not schedulers:  # the slot's list is never changed in place: a new one is a new slot, bound again
+            return stepper
+
         def act() -> None:
             stepper()
-            if schedulers:  # Lightning counts the batch within the epoch for a step scheduler's frequency
-                step_schedulers(schedulers, "step", batch.index + 1, run.facts.metrics, sched_step)
+            # Lightning counts the batch within the epoch for a step scheduler's frequency
+            step_schedulers(schedulers, "step", batch.index + 1, run.facts.metrics, sched_step)
 
         return act
 

@@ -128,10 +128,16 @@ def register(reg: Registry) -> None:
         """Agree across processes, without blocking, whether to stop or to save and exit."""
         counters, flag, facts = run.counters, run.slot(SignalsSlot).flag, run.facts_ref
 
+        agreed: Any = None  # the state last found agreed with no signal received: unchanged, it still is
+
         def alone() -> Agree | None:  # one process: the flags as they are
+            nonlocal agreed
             state = facts()
+            if state is agreed and flag.received is None:
+                return None
             stop, preempted, now = state.should_stop, flag.received is not None, state.agreed
             if now.get("stop") is stop and now.get("preempted") is preempted:
+                agreed = None if preempted else state
                 return None  # unchanged: no update on the per-batch path
             return Agree({"stop": stop, "preempted": preempted})
 

@@ -229,6 +229,9 @@ class ManualOptimizer:
         return getattr(self.optimizer, name)
 
 
+_torch_getattr = torch.nn.Module.__getattr__
+
+
 class Module(torch.nn.Module):
     """Subclass and implement the steps you use.
 
@@ -706,11 +709,11 @@ class Module(torch.nn.Module):
         return state
 
     def __getattr__(self, name: str) -> Any:
-        if name == "trainer":
-            raise AttributeError(_NO_TRAINER)
-        try:
-            return super().__getattr__(name)
+        try:  # submodules, parameters and buffers first: a training step reads them on every batch
+            return _torch_getattr(self, name)
         except AttributeError:
+            if name == "trainer":
+                raise AttributeError(_NO_TRAINER) from None
             if name in _LIGHTNING_ONLY:
                 raise AttributeError(f"{type(self).__name__}.{name}: {_LIGHTNING_ONLY[name]}") from None
             raise

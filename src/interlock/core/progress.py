@@ -9,10 +9,26 @@ into :class:`Progress` whenever the state is read.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple
 
 from interlock.core.state import Progress
 
-__all__ = ["COUNTER_OPS", "Counters", "compose"]
+__all__ = ["COUNTER_OPS", "Counters", "FrozenCounters", "compose"]
+
+
+class FrozenCounters(NamedTuple):
+    """The counters at one moment, as the guards read them (``Facts.progress``): :class:`Progress`'s fields.
+
+    A named tuple rather than a :class:`Progress` because the facts are rebuilt after every counter
+    operation, on the per-batch path: building it is one call, where a frozen attrs class takes six.
+    """
+
+    epoch: int = 0
+    global_step: int = 0
+    batch_idx: int = 0
+    eval_batch_idx: int = 0
+    train_batches: int = 0
+    eval_loader: int = 0
 
 
 class Counters:
@@ -47,8 +63,15 @@ class Counters:
         _set(p, "eval_loader", self.eval_loader)
         return p
 
+    def view(self) -> FrozenCounters:
+        """The counters as a :class:`FrozenCounters` (what the facts carry)."""
+        return _tuple(
+            FrozenCounters,
+            (self.epoch, self.global_step, self.batch_idx, self.eval_batch_idx, self.train_batches, self.eval_loader),
+        )
 
-_new, _set = object.__new__, object.__setattr__
+
+_new, _set, _tuple = object.__new__, object.__setattr__, tuple.__new__
 
 
 def _epoch(c: Counters) -> None:

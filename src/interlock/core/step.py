@@ -25,7 +25,8 @@ import attrs
 from interlock.core.chart import ActionRef, Chart, Transition
 from interlock.core.config import TrainerConfig
 from interlock.core.errors import ChartError
-from interlock.core.state import Progress, TrainerState
+from interlock.core.progress import FrozenCounters
+from interlock.core.state import TrainerState
 
 __all__ = ["AGREED", "Count", "Edge", "Facts", "GuardFn", "Node", "check_agreement", "compile_nodes", "step"]
 
@@ -41,13 +42,15 @@ AGREED: Mapping[str, str] = {
 class Facts(NamedTuple):
     """What a guard reads: the state as last updated, the loop counters and the stage's config, all frozen.
 
+    ``progress`` has :class:`~interlock.core.state.Progress`'s fields (a :class:`FrozenCounters`).
+
     ``state.agreed`` holds what the processes agreed (``stop``, ``preempted``), ``state.limits``
     each loader's batch limit, ``state.data`` the training data's position (``exhausted``).
     (A named tuple: immutable, and cheap to build on the per-batch path.)
     """
 
     state: TrainerState
-    progress: Progress
+    progress: FrozenCounters
     config: TrainerConfig
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from torch import Tensor
+
 from interlock.connectors.hardware_slot import HardwareSlot
 from interlock.connectors.metrics import batch_size, loss_of
 from interlock.core.logging import take
@@ -63,7 +65,7 @@ def register(reg: Registry) -> None:
             step.outputs = outputs
             if feed is not None:
                 feed.last_outputs = outputs
-            step.loss = loss_of(outputs) if not manual else None
+            step.loss = None if manual else outputs if type(outputs) is Tensor else loss_of(outputs)
             logs = mdict.get("_interlock_logs")
             return take(logs, "training_step", "train", infer, step.logged) if logs else None
 

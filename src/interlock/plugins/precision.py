@@ -261,6 +261,13 @@ class Precision:
 
             return act_custom
 
+        if plain and accumulate == 1:
+
+            def act_plain() -> None:
+                step.loss.backward()  # type: ignore[union-attr]  # a training step's loss is set before backward
+
+            return act_plain
+
         def act() -> None:
             loss: Any = step.loss
             if accumulate > 1:

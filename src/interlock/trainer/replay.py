@@ -67,6 +67,7 @@ class _ReplayRuntime(Runtime):
         self.reached: Step | None = None
         self.rows: list[str] = []  # the run's metric history rows (history.jsonl), as canonical JSON
         self.rows_checked = 0
+        self._taken = self._after_take
         # a target between checkpoint states: the newest checkpoint state before it, kept as a file on the way
         self.snapshot_at = _snapshot_at(chart, steps, start, target, self.fails_next)
         self.snapshot_file: Path | None = None  # where to write it (set by replay()); written there once reached
@@ -121,13 +122,11 @@ class _ReplayRuntime(Runtime):
         )
         raise Paused
 
-    def _take(self, edge: _Edge) -> _Node:
-        node = super()._take(edge)
+    def _after_take(self) -> None:
         if self.aligned and self.done == self.snapshot_at:
             self._snap()
         if self.aligned and self.done == self.target and not self.fails_next:
             raise Paused
-        return node
 
     def _do_jump(self) -> _Node:
         node = super()._do_jump()
@@ -148,7 +147,7 @@ class _ReplayRuntime(Runtime):
         write_checkpoint(run, str(self.snapshot_file))
         self.snapshot = self.snapshot_file
 
-    def _fail(self, exc: BaseException) -> _Node | None:
+    def _fail(self, exc: BaseException) -> _Edge:
         if isinstance(exc, Paused):
             raise exc
         if not self.aligned:

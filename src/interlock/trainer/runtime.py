@@ -32,6 +32,7 @@ place, and the rest of a sequence of actions in flight runs the new ones.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 import attrs
@@ -95,7 +96,7 @@ class _Edge:
 
     __slots__ = (
         "action_refs", "actions", "dest", "enter_refs", "enters", "guard", "guard_name", "names", "ops", "source",
-        "spec", "trigger",
+        "spec", "trigger", "work",
     )  # fmt: skip
 
     def __init__(self, trigger: str, guard_name: str | None, spec: Transition | None = None) -> None:
@@ -106,6 +107,7 @@ class _Edge:
         self.actions: tuple[Callable[[], Any], ...] = ()
         self.enters: tuple[Callable[[], Any], ...] = ()
         self.ops: Callable[[Counters], None] | None = None
+        self.work = False  # whether it has actions, enters or counter operations (set with them)
         self.dest: _Node
         self.source = ""
         self.names: dict[int, str] = {}  # id of a bound action -> how a failure names it
@@ -148,6 +150,7 @@ class Runtime:
         self._error: tuple[BaseException, str] | None = None
         self._where: str | None = None  # set when a transition's action raised: where it was
         self._holding = False  # a state's entry_once actions are running: saves wait for them
+        self._taken: Callable[[], None] | None = None  # called after each transition is taken (a replay's check)
         self._filled: set[str] = set()  # the slots of the stage's run that are filled
         self._bound: dict[tuple[str, str], Callable[[], Any]] = {}  # (action, state) -> bound, this stage
         self._bound_guards: dict[tuple[str, str], GuardFn] = {}
@@ -197,7 +200,7 @@ class Runtime:
         run.counters = self.counters
         run.chart = self.chart
         run.state_ref = lambda: self.state
-        run.facts_ref = lambda: self._base
+        run.facts_ref = partial(getattr, self, "_base")  # called per batch: no Python frame
         self._bind(run)
         self._error = None
         self._config = run.plan.config
@@ -223,48 +226,75 @@ class Runtime:
             raise exc
 
     def _interpret(self, edge: _Edge) -> None:
-        try:
-            node: _Node | None = self._take(edge)
-        except Paused:
-            raise
-        except BaseException as exc:  # every failure ends the stage through the chart
-            node = self._fail(exc)
-        while node is not None:
+        take = edge
+        while True:
             try:
-                node = self._walk(node)
+                self._walk(take)
+                return
             except Paused:
                 raise
-            except BaseException as exc:
-                node = self._fail(exc)
+            except BaseException as exc:  # every failure ends the stage through the chart
+                take = self._fail(exc)
 
     def release(self) -> None:
         """Unbind a stage a :class:`~interlock.core.errors.Paused` stopped (a replay is done with it)."""
         self._unbind()
 
-    def _walk(self, node: _Node) -> _Node | None:
-        """Run from ``node`` (just entered) until a state that waits; return None there."""
+    def _walk(self, edge: _Edge) -> None:
+        """Take ``edge``, then every transition :func:`step` decides, until a state that waits.
+
+        Taking a transition: its work (:meth:`_work`), the move, the event to its observers and
+        receivers, the target's ``entry_once`` actions, the saves asked for when it is a checkpoint
+        state. Then the target's entry actions (or a restore's jump), and the decision.
+        """
+        counts, observers = self._counts, self._observers
         while True:
-            for action in node.entry:
-                out = action()
-                if out is not None and self._apply_result(out, action):
-                    self._rest(node.entry_refs, action)
+            if edge.work:
+                self._work(edge)
+            node = edge.dest
+            dest = node.path
+            source, self._at = self._at, dest
+            count = counts[dest] = counts[dest] + 1
+            self._snapshot = None
+            if observers:
+                c = self.counters
+                for observe in observers:
+                    observe(dest, edge.trigger, source, count, c.epoch, c.global_step, c.batch_idx)
+            if node.once:  # entry_once: after the event; a save asked for by its handlers waits for them
+                self._holding = True
+                if node.signal.receivers:
+                    self._emit(node, edge, source, count)
+                self._holding = False
+                for action in node.once:
+                    out = action()
+                    if out is not None and self._apply_result(out, action):
+                        self._rest(node.once_refs, action)
+                        break
+            elif node.signal.receivers:
+                self._emit(node, edge, source, count)
+            if self._pending_saves and node.checkpoint:
+                self._flush_saves()
+            if self._taken is not None:
+                self._taken()
+            while True:
+                for action in node.entry:
+                    out = action()
+                    if out is not None and self._apply_result(out, action):
+                        self._rest(node.entry_refs, action)
+                        break
+                if self._jump is None:
                     break
-            if self._jump is not None:
                 node = self._do_jump()
-                continue
             facts = self._facts
             if facts is None:
-                progress = self._progress
-                if progress is None:
-                    progress = self._progress = self.counters.freeze()
-                facts = self._facts = _facts(Facts, (self._base, progress, self._config))
+                facts = self._facts = _facts(Facts, (self._base, self.counters.view(), self._config))
             decided = step(node, facts)
             if decided is None:
-                return None
-            node = self._take(decided[0])
+                return
+            edge = decided[0]
 
-    def _take(self, edge: _Edge) -> _Node:
-        """Run the transition's actions, count, enter the compound states on the way, move, emit the event."""
+    def _work(self, edge: _Edge) -> None:
+        """A transition's work: its exits and ``do`` actions, its counter operations, the entries it makes."""
         if edge.actions:
             try:
                 for action in edge.actions:
@@ -288,44 +318,22 @@ class Runtime:
             except BaseException:
                 self._where = edge.where(action)
                 raise
-        node = edge.dest
-        dest = node.path
-        source, self._at = self._at, dest
-        count = self._counts[dest] = self._counts[dest] + 1
-        self._snapshot = None
-        if self._observers:
-            c = self.counters
-            for observe in self._observers:
-                observe(dest, edge.trigger, source, count, c.epoch, c.global_step, c.batch_idx)
-        if node.once:
-            self._holding = True
-        if node.signal.receivers:
-            c = self.counters
-            payload_ref: Any = None
-            if node.keys:
-                payload_ref = _payload(node)
-            event = Event(
-                dest,
-                edge.trigger,
-                source,
-                count,
-                c.epoch,
-                c.global_step,
-                c.batch_idx,
-                payload_ref,
-                edge.guard_name or "",
-            )
-            self.apply_all(self.bus.send(event, self._state_ref))
-        if node.once:
-            self._holding = False
-            for action in node.once:
-                out = action()
-                if out is not None and self._apply_result(out, action):
-                    self._rest(node.once_refs, action)
-                    break
-        if self._pending_saves and node.checkpoint:
-            self._flush_saves()
-        return node
+
+    def _emit(self, node: _Node, edge: _Edge, source: str, count: int) -> None:
+        """Send the event of entering ``node`` to its signal's receivers; apply what they return."""
+        c = self.counters
+        event = Event(
+            node.path,
+            edge.trigger,
+            source,
+            count,
+            c.epoch,
+            c.global_step,
+            c.batch_idx,
+            _payload(node) if node.keys else None,
+            edge.guard_name or "",
+        )
+        self.apply_all(self.bus.send(event, self._state_ref))
 
     def _state_ref(self) -> TrainerState:
         return self.state
@@ -344,8 +352,12 @@ class Runtime:
         self.apply(SetStatus("interrupted" if interrupted else "failed"))
         return isinstance(exc, KeyboardInterrupt | Preempted)
 
-    def _fail(self, exc: BaseException) -> _Node | None:
-        """Record ``exc`` and take the ``fail``/``interrupt`` transition of the current state."""
+    def _fail(self, exc: BaseException) -> _Edge:
+        """Record ``exc``; the ``fail``/``interrupt`` transition of the current state, to take next (raise without one).
+
+        Its actions note their own errors on ``exc`` instead of raising; a handler of its event that
+        raises fails the stage again from where the chart is then.
+        """
         interrupted = self._record(exc)
         self._jump, self._deferred, self._holding = None, (), False
         edge = self._nodes[self._at].on.get("interrupt" if interrupted else "fail")
@@ -356,10 +368,8 @@ class Runtime:
         safe.dest, safe.ops, safe.source = edge.dest, edge.ops, edge.source
         safe.actions = tuple(_quiet(a, self._error[0]) for a in edge.actions)
         safe.enters = tuple(_quiet(a, self._error[0]) for a in edge.enters)
-        try:
-            return self._take(safe)
-        except BaseException as again:  # a handler of the fail event raised: go on from where the chart is
-            return self._fail(again)
+        safe.work = edge.work
+        return safe
 
     # -- binding a stage's run -----------------------------------------------------------
     def _bind(self, run: Run) -> None:
@@ -455,6 +465,7 @@ class Runtime:
             }
             e.names.update({id(action(a)): f"entry of {a.where}: {a.name}" for a in t.enters})
             e.ops = compose(t.count, ops)
+            e.work = bool(e.actions or e.enters or e.ops is not None)
 
         for node in self._nodes.values():
             node.entry = tuple(f for f in (action(a) for a in node.entry_refs) if f is not NOOP)
@@ -581,8 +592,9 @@ class Runtime:
         self._base = state
         self._snapshot = self._facts = self._progress = None
         self.counters.load(state.progress)  # in place: bound actions hold this object
-        self._counts = dict.fromkeys(self.chart.leaves, 0)
-        self._counts.update({k: v for k, v in state.counts.items() if k in self._counts})
+        counts = self._counts  # in place: the interpreter's loop holds this dict
+        counts.update(dict.fromkeys(counts, 0))
+        counts.update({k: v for k, v in state.counts.items() if k in counts})
         if not jump and state.chart in self.chart.leaf_specs:
             self._at = state.chart
 
