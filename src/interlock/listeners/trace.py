@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import os
 import time
 from collections.abc import Mapping
@@ -37,6 +38,7 @@ _LINE = '{"time": %.6f, %s, "epoch": %s, "global_step": %s, "batch_idx": %s, "co
 #: batch_idx, count, the error ("" when none) and the transition that raised it ("" when none).
 Row = tuple[float, int, int, int, int, int, str, str]
 _now = time.time
+_key_of = operator.itemgetter(1)
 #: How often the trace of a run followed live (``interlock fit --view``) is written at the least, in seconds.
 FOLLOWED_FLUSH_SECONDS = 0.25
 #: The longest loop (in transitions) the compact trace counts instead of writing.
@@ -57,6 +59,7 @@ class _Packer:
         self.t0 = t0
         self.defined: set[int] = set()
         self.cycle: tuple[int, ...] | None = None
+        self.turn: list[int] = []  # the cycle as a list (compared with a slice of the keys)
         self.pos = 0
         self.reps = 0
         self.first: Row | None = None
@@ -80,7 +83,26 @@ class _Packer:
         """
         out: list[str] = []
         recent = self.recent  # every key, counted or written: a loop of loops is found at its second turn too
-        for row in rows:
+        keys = list(map(_key_of, rows))
+        i, total = 0, len(rows)
+        while i < total:
+            turn = self.turn
+            if turn and not self.pos:  # whole turns of the loop: compared a turn at a time, counted, not written
+                size, j = len(turn), i
+                while keys[j : j + size] == turn:  # loopable keys only: a failure's row (its error) is never one
+                    j += size
+                if j > i:
+                    if not self.reps:
+                        self.first = rows[i]
+                    self.reps += (j - i) // size
+                    self.last = rows[j - 1]
+                    recent.extend(keys[i:j])
+                    if len(recent) > 4 * _LONGEST_LOOP:
+                        del recent[: len(recent) - 2 * _LONGEST_LOOP]
+                    i = j
+                    continue
+            row = rows[i]
+            i += 1
             k = row[1]
             recent.append(k)
             n = len(recent)
@@ -106,6 +128,7 @@ class _Packer:
                 if recent[-1 - size] == k and recent[-size:] == recent[-2 * size : -size]:
                     if all(loopable[x] for x in recent[-size:]):
                         self.cycle, self.pos, self.reps, self.partial = tuple(recent[-size:]), 0, 0, []
+                        self.turn = recent[-size:]
                     break
         if self.reps:
             self._repeat(out, names)
@@ -143,7 +166,7 @@ class _Packer:
             self._repeat(out, names)
         for row in self.partial:
             self._single(out, row, names)
-        self.cycle, self.pos, self.partial = None, 0, []
+        self.cycle, self.turn, self.pos, self.partial = None, [], 0, []
 
 
 class EventTrace(Listener):
