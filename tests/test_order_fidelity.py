@@ -296,3 +296,53 @@ def test_the_trace_and_the_chart_name_the_transition_that_failed(tmp_path: Path,
     assert summary.failed_where == edge
     assert summary.failed_in == "fit.train.batch.end"
     assert f"failed in {edge}: ValueError" in to_mermaid(trainer.statechart, summary)
+
+
+class ManualSteps:
+    """Mixed into both modules: two optimizers stepped by hand; ``global_step`` read around each step."""
+
+    seen: list[tuple[int, str, int]]
+
+    def _build(self) -> None:
+        torch.manual_seed(0)
+        self.a, self.b = torch.nn.Linear(4, 2), torch.nn.Linear(4, 2)
+        self.automatic_optimization = False
+        self.seen = []
+
+    def training_step(self, batch: Any, batch_idx: int) -> None:
+        x, y = batch
+        first, second = self.optimizers()  # type: ignore[attr-defined]
+        self.seen.append((batch_idx, "start", self.global_step))  # type: ignore[attr-defined]
+        for name, opt, net in (("a", first, self.a), ("b", second, self.b)):
+            opt.zero_grad()
+            self.manual_backward(torch.nn.functional.cross_entropy(net(x), y))  # type: ignore[attr-defined]
+            opt.step()
+            self.seen.append((batch_idx, f"after {name}", self.global_step))  # type: ignore[attr-defined]
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self.seen.append((batch_idx, "batch end", self.global_step))  # type: ignore[attr-defined]
+
+    def configure_optimizers(self) -> Any:
+        return [torch.optim.SGD(self.a.parameters(), lr=0.1), torch.optim.SGD(self.b.parameters(), lr=0.1)]
+
+
+def test_global_step_counts_a_manual_step_as_soon_as_it_is_taken_as_lightning(tmp_path: Path) -> None:
+    """Manual optimization: `self.global_step` read right after `opt.step()` in training_step includes that step."""
+
+    class Lit(ManualSteps, pl.LightningModule):  # type: ignore[misc,name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            self._build()
+
+    class Ours(ManualSteps, interlock.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self._build()
+
+    lit, ours = Lit(), Ours()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _lit(tmp_path / "pl", enable_checkpointing=False, max_epochs=2).fit(lit, loader(24, 8))
+    _ours(tmp_path / "il", enable_checkpointing=False, max_epochs=2).fit(ours, loader(24, 8))
+    assert ours.seen == lit.seen
+    assert ours.seen[-1] == (2, "batch end", 12)

@@ -434,9 +434,17 @@ class Module(torch.nn.Module):
 
     @property
     def global_step(self) -> int:
-        """Optimizer steps taken so far, as Lightning's; 0 outside a run."""
+        """Optimizer steps taken so far, as Lightning's; 0 outside a run.
+
+        Under manual optimization a step counts as soon as ``opt.step()`` returns (the counters take
+        the steps recorded in the ``optim`` slot when the batch ends; read here, they are added).
+        """
         view = self.__dict__.get("_interlock_view")
-        return 0 if view is None else int(view.counters.global_step) + view.ahead
+        if view is None:
+            return 0
+        slot = view.optim()
+        pending = slot.manual_steps if slot is not None else 0
+        return int(view.counters.global_step) + int(view.ahead) + int(pending)
 
     def optimizers(self, use_pl_optimizer: bool = True) -> Any:
         """The optimizer, or the list of them when there are several (as Lightning's).
