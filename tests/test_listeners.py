@@ -511,6 +511,39 @@ def test_progress_prints_plain_lines_when_not_a_terminal(
     assert "test_acc=" in lines[4] and "val_loss" not in lines[4]
 
 
+def test_progress_lines_leave_out_what_was_logged_with_prog_bar_false(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The bar shows prog_bar=True metrics under Lightning's names and returned scalars, never prog_bar=False ones."""
+    from conftest import TinyModule, loader
+
+    class Logs(TinyModule):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            loss = super().training_step(batch, batch_idx)
+            self.log("shown", loss, prog_bar=True, on_epoch=True)
+            self.log("quiet", loss, on_epoch=True)
+            return loss
+
+        def validation_step(self, batch: Any, batch_idx: int) -> dict[str, torch.Tensor]:
+            out = super().validation_step(batch, batch_idx)
+            self.log("val_quiet", out["loss"])
+            self.log("val_shown", out["loss"], prog_bar=True)
+            return out
+
+    torch.manual_seed(0)
+    trainer = Trainer(
+        max_epochs=1, default_root_dir=tmp_path, logger=False, enable_checkpointing=False, enable_trace=False,
+        listeners=[ProgressBar(mode="lines")], num_sanity_val_steps=0,
+    )  # fmt: skip
+    trainer.fit(Logs(), loader(32, 8), loader(16, 8))
+    out = capsys.readouterr().out.splitlines()
+    val, epoch = (next(x for x in out if x.startswith(p)) for p in ("Validation (epoch 0)", "Epoch 0"))
+    assert "val_shown=" in val and "val_loss=" in val and "val_quiet" not in val
+    assert "shown_step=" in epoch and "shown_epoch=" in epoch and "train_loss=" in epoch
+    assert "quiet" not in epoch and " shown=" not in epoch  # the bare name of a step-and-epoch value: not shown
+    assert set(trainer.state.metrics) >= {"quiet", "quiet_epoch", "shown", "val_quiet"}  # still metrics
+
+
 def test_progress_bars_show_epoch_loss_and_close(tmp_path: Path, digits: DigitsData) -> None:
     """Bar mode draws tqdm bars with epoch, loss and validation, and closes them all when the run ends."""
     out = io.StringIO()

@@ -212,7 +212,7 @@ def test_epoch_reduction_matches_the_definition(batches: list[tuple[float, int]]
         for update in take(m.__dict__["_interlock_logs"], "training_step", "train", lambda n=n: n):
             if isinstance(update, AddLogged):
                 state = state.replace(**update.changes(state))
-    values, _, _ = epoch_values(state, "train")
+    values = epoch_values(state, "train").values
     got = values["x_epoch"]
     xs = [v for v, _ in batches]
     expected = {

@@ -346,3 +346,88 @@ def test_global_step_counts_a_manual_step_as_soon_as_it_is_taken_as_lightning(tm
     _ours(tmp_path / "il", enable_checkpointing=False, max_epochs=2).fit(ours, loader(24, 8))
     assert ours.seen == lit.seen
     assert ours.seen[-1] == (2, "batch end", 12)
+
+
+class BarLogs:
+    """Mixed into both modules: every kind of ``self.log`` the progress bar treats differently, and what a callback
+    reads from ``trainer.progress_bar_metrics`` (names and values) at the ends of batches, validations and epochs."""
+
+    seen: list[tuple[str, dict[str, float]]]
+
+    def _build(self) -> None:
+        torch.manual_seed(0)
+        self.net = torch.nn.Linear(4, 2)
+        self.seen = []
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        loss = torch.nn.functional.cross_entropy(self.net(batch[0]), batch[1])
+        self.log("step_only", loss, prog_bar=True)  # type: ignore[attr-defined]
+        self.log("both", loss * 2, prog_bar=True, on_epoch=True)  # type: ignore[attr-defined]
+        self.log("hidden", loss * 3, on_epoch=True)  # type: ignore[attr-defined]
+        self.log("epoch_only", loss * 4, prog_bar=True, on_step=False, on_epoch=True)  # type: ignore[attr-defined]
+        return loss
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        loss = torch.nn.functional.cross_entropy(self.net(batch[0]), batch[1])
+        self.log("val_shown", loss, prog_bar=True)  # type: ignore[attr-defined]
+        self.log("val_hidden", loss * 2)  # type: ignore[attr-defined]
+        self.log("val_step", loss * 3, prog_bar=True, on_step=True, on_epoch=True)  # type: ignore[attr-defined]
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.net.parameters(), lr=0.1)
+
+
+def _bar_reader(base: type) -> Any:
+    class Reader(base):  # type: ignore[misc,valid-type]
+        def __init__(self) -> None:
+            self.seen: list[tuple[str, dict[str, float]]] = []
+
+        def _read(self, when: str, trainer: Any) -> None:
+            self.seen.append((f"bar, {when}", {k: round(float(v), 5) for k, v in trainer.progress_bar_metrics.items()}))
+            callback = {k: round(float(v), 5) for k, v in trainer.callback_metrics.items()}
+            # documented differences (docs/porting.md): an evaluation's step values and returned scalars are metrics
+            callback.pop("val_step_step", None)
+            callback.pop("train_loss", None)
+            self.seen.append((f"callback, {when}", callback))
+
+        def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+            self._read(f"batch {batch_idx}", trainer)
+
+        def on_validation_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+            self._read("validation end", trainer)
+
+        def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+            self._read("epoch end", trainer)
+
+    return Reader()
+
+
+def test_a_callback_reads_the_metrics_lightnings_would_at_every_moment(tmp_path: Path) -> None:
+    """`trainer.progress_bar_metrics` holds the prog_bar=True metrics under Lightning's names, and in epoch-end
+    hooks both it and `callback_metrics` already hold the epoch's values, as in Lightning."""
+    import interlock.lightning as il
+
+    class Lit(BarLogs, pl.LightningModule):  # type: ignore[misc,name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            self._build()
+
+    class Ours(BarLogs, il.LightningModule):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self._build()
+
+    flags = {"max_epochs": 2, "num_sanity_val_steps": 0, "enable_checkpointing": False, **QUIET}
+    theirs, mine = _bar_reader(pl.Callback), _bar_reader(il.Callback)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lit_trainer = pl.Trainer(default_root_dir=tmp_path / "pl", callbacks=[theirs], **flags)
+        lit_trainer.fit(Lit(), loader(24, 8), loader(16, 8))
+    our_trainer = il.Trainer(default_root_dir=tmp_path / "il", callbacks=[mine], **flags)
+    our_trainer.fit(Ours(), loader(24, 8), loader(16, 8))
+    assert mine.seen == theirs.seen
+    assert {"step_only", "both_step", "both_epoch", "epoch_only", "val_shown", "val_step_epoch"} <= set(
+        theirs.seen[-1][1]
+    )  # the case covers each kind of name
+    final = {k: round(float(v), 5) for k, v in our_trainer.progress_bar_metrics.items()}
+    assert final == {k: round(float(v), 5) for k, v in lit_trainer.progress_bar_metrics.items()}

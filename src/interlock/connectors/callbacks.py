@@ -22,9 +22,10 @@ import torch
 
 from interlock.connectors.data import feed_key, loader_count, num_batches
 from interlock.connectors.hardware_slot import HardwareSlot
-from interlock.core.logging import take
+from interlock.core.logging import EpochLogged, epoch_values, take
 from interlock.core.run import Run
 from interlock.core.slots import CallbacksSlot, OptimSlot
+from interlock.core.state import progress_bar_metrics
 from interlock.core.updates import SaveCheckpoint, Stop, Update, as_updates
 
 __all__ = [
@@ -145,13 +146,15 @@ class TrainerView:
     Setting anything else raises an ``AttributeError`` naming the interlock way.
     """
 
-    __slots__ = ("_pending", "_run")
+    __slots__ = ("_ending", "_pending", "_run")
     _run: Run
     _pending: list[Update]
+    _ending: tuple[str, str] | None  # (loop, data) of the epoch whose end hooks run now
 
     def __init__(self, run: Run) -> None:
         object.__setattr__(self, "_run", run)
         object.__setattr__(self, "_pending", [])
+        object.__setattr__(self, "_ending", None)
 
     # -- writes -------------------------------------------------------------------------------
     def __setattr__(self, name: str, value: Any) -> None:
@@ -223,10 +226,30 @@ class TrainerView:
         optim = self._run.slots.get(OptimSlot)
         return self._run.state.global_step + (optim.manual_steps if optim is not None else 0)
 
+    def _epoch_values(self) -> EpochLogged | None:
+        """In an epoch-end hook: the epoch values the module logged in the loop, not logged by the loop yet.
+
+        Lightning's trainer computes them when a hook reads its metrics; interlock's loop logs them
+        after the hooks, so the view adds them (this process's values: no collective in a read).
+        """
+        if self._ending is None:
+            return None
+        loop, data = self._ending
+        logged = epoch_values(self._run.facts, loop)
+        if loop == "eval" and loader_count(self._run.feeds, data) > 1:  # the loop's name for the loader's values
+            tail = f"/dataloader_idx_{self._run.counters.eval_loader}"
+            values = {k + tail: v for k, v in logged.values.items()}
+            return logged._replace(values=values, shown={k + tail: v for k, v in logged.shown.items()})
+        return logged
+
     @property
     def callback_metrics(self) -> dict[str, torch.Tensor]:
-        """The latest metrics as tensors (Lightning's type), copies."""
-        return {k: torch.tensor(v) for k, v in self._run.facts.metrics.items()}
+        """The latest metrics as tensors (Lightning's type), copies; in an epoch-end hook, with the epoch's."""
+        metrics = dict(self._run.facts.metrics)
+        ending = self._epoch_values()
+        if ending is not None:
+            metrics.update(ending.values)
+        return {k: torch.tensor(v) for k, v in metrics.items()}
 
     @property
     def logged_metrics(self) -> dict[str, torch.Tensor]:
@@ -235,7 +258,12 @@ class TrainerView:
 
     @property
     def progress_bar_metrics(self) -> dict[str, float]:
-        return dict(self._run.facts.metrics)
+        """The metrics logged with ``prog_bar=True``, under Lightning's names (``<name>_step``/``<name>_epoch``)."""
+        shown = progress_bar_metrics(self._run.facts)
+        ending = self._epoch_values()
+        if ending is not None:
+            shown.update({k: v for k, v in ending.values.items() if ending.shown.get(k)})
+        return shown
 
     @property
     def optimizers(self) -> list[torch.optim.Optimizer]:
@@ -419,6 +447,14 @@ _OFFERS = sorted(n for n, v in vars(TrainerView).items() if isinstance(v, proper
 
 
 # -- calling the callbacks -----------------------------------------------------------------------
+#: Lightning's epoch-end hooks, with their loop and data: their trainer view shows the epoch's logged values
+_EPOCH_END = {
+    "on_train_epoch_end": ("train", "train"),
+    "on_validation_epoch_end": ("eval", "val"),
+    "on_test_epoch_end": ("eval", "test"),
+}
+
+
 def view(run: Run) -> TrainerView:
     """The run's trainer view (one per stage), made on first use."""
     slot = run.slot(CallbacksSlot)
@@ -444,10 +480,15 @@ def caller(run: Run, hook: str, loop: str, monitoring: bool | None = None) -> Ca
         return None
     shown, module = view(run), run.module
     mdict = module.__dict__
+    ending = _EPOCH_END.get(hook)
 
     def call(*args: Any, **kwargs: Any) -> list[Update]:
-        for fn in chosen:
-            fn(shown, module, *args, **kwargs)
+        object.__setattr__(shown, "_ending", ending)
+        try:
+            for fn in chosen:
+                fn(shown, module, *args, **kwargs)
+        finally:
+            object.__setattr__(shown, "_ending", None)
         updates = shown.take_updates()
         logs = mdict.get("_interlock_logs")
         if logs:

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from interlock.core.logging import AddLogged, epoch_values, scalars
+from interlock.core.logging import AddLogged, EpochLogged, epoch_values, scalars
 from interlock.core.registry import Action, Registry
 from interlock.core.run import Run
 from interlock.core.updates import AppendHistory, LogMetrics, Update
@@ -43,8 +43,8 @@ def batch_size(batch: Any) -> int:
     return 1
 
 
-def logged_values(run: Run, loop: str) -> tuple[dict[str, float], set[str]]:
-    """What the module logged in ``loop`` this epoch, and the names kept from loggers.
+def logged_values(run: Run, loop: str) -> EpochLogged:
+    """What the module logged in ``loop`` this epoch, with the names kept from loggers and shown on the bar.
 
     ``sync_dist`` values are averaged over processes.
     Names logged with ``logger=False`` stay in ``state.metrics`` but not in the history rows.
@@ -62,11 +62,11 @@ def logged_values(run: Run, loop: str) -> tuple[dict[str, float], set[str]]:
             if not row.get("step_only"):
                 computed[str(row["metric"])] = float(metric.compute())
             metric.reset()
-    values, sync, hidden = epoch_values(run.facts, loop, computed)
+    logged = epoch_values(run.facts, loop, computed)
     reduce = run.dist.reduce_metrics if run.dist is not None else None
-    if sync and reduce is not None:
-        values.update(reduce({k: values[k] for k in sync}))
-    return values, hidden
+    if logged.sync and reduce is not None:
+        logged.values.update(reduce({k: logged.values[k] for k in logged.sync}))
+    return logged
 
 
 def register(reg: Registry) -> None:
@@ -81,18 +81,18 @@ def register(reg: Registry) -> None:
 
         def act() -> list[Update] | None:
             outputs = run.feeds["train"].last_outputs
-            logged, hidden = logged_values(run, "train")
-            if outputs is None and not logged:
+            logged = logged_values(run, "train")
+            if outputs is None and not logged.values:
                 return None
             metrics = scalars(outputs, "train")
             if metrics and run.dist is not None and run.dist.reduce_metrics is not None:
                 metrics = run.dist.reduce_metrics(metrics)
-            metrics.update(logged)
+            metrics.update(logged.values)
             c = run.counters
-            shown = {k: v for k, v in metrics.items() if k not in hidden}
-            row = {"stage": "train", "epoch": c.epoch, "global_step": c.global_step, **shown}
-            updates: list[Update] = [LogMetrics(metrics), AppendHistory(row)]
-            if logged:
+            kept = {k: v for k, v in metrics.items() if k not in logged.hidden}
+            row = {"stage": "train", "epoch": c.epoch, "global_step": c.global_step, **kept}
+            updates: list[Update] = [LogMetrics(metrics, logged.shown), AppendHistory(row)]
+            if logged.values:
                 updates.append(AddLogged(clear="train"))
             return updates
 

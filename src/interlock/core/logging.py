@@ -9,7 +9,7 @@ reductions live in ``state.logged`` (so a run saved mid-epoch resumes them exact
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 import torch
@@ -19,8 +19,8 @@ from interlock.core.state import TrainerState
 from interlock.core.updates import Change, LogMetrics, Update
 
 __all__ = [
-    "DEFAULTS", "AddLogged", "LogEntry", "check_reduce", "epoch_values", "is_metric", "is_metric_collection", "scalars",
-    "take",
+    "DEFAULTS", "AddLogged", "EpochLogged", "LogEntry", "check_reduce", "epoch_values", "is_metric",
+    "is_metric_collection", "scalars", "take",
 ]  # fmt: skip
 
 _REDUCE = {"mean": "mean", "avg": "mean", "sum": "sum", "max": "max", "min": "min"}
@@ -147,6 +147,7 @@ def take(
             f"self.log() inside {fx} is not supported (as in Lightning); log from a step or an epoch hook instead"
         )
     step_metrics: dict[str, float] = {}
+    shown: dict[str, bool] = {}
     items: list[tuple[str, Mapping[str, Any]]] = []
     inferred: int | None = None
     for e in entries:
@@ -161,11 +162,12 @@ def take(
         else:
             value = reduce32.cast(_float(e.name, e.value), f64)
         if on_step:
-            step_metrics[f"{e.name}_step" if on_epoch else e.name] = value
+            key = f"{e.name}_step" if on_epoch else e.name
+            step_metrics[key], shown[key] = value, e.prog_bar
             if sink is not None and e.logger:
-                sink[f"{e.name}_step" if on_epoch else e.name] = value
-            if on_epoch:
-                step_metrics[e.name] = value  # Lightning's callback_metrics: the bare name is the latest value
+                sink[key] = value
+            if on_epoch:  # Lightning's callback_metrics: the bare name is the latest value (not a bar's)
+                step_metrics[e.name], shown[e.name] = value, False
         if on_epoch and metric:  # the epoch value is the metric's compute() at the epoch end, then reset()
             row = {
                 "name": f"{e.name}_epoch" if on_step else e.name, "reduce": "metric", "value": 0.0, "weight": 0.0,
@@ -200,22 +202,33 @@ def take(
             items.append((f"{loop}/{e.name}", row))
     out: list[Update] = []
     if step_metrics:
-        out.append(LogMetrics(step_metrics))
+        out.append(LogMetrics(step_metrics, shown))
     if items:
         out.append(AddLogged(tuple(items)))
     return out
 
 
-def epoch_values(
-    state: TrainerState, loop: str, computed: Mapping[str, float] | None = None
-) -> tuple[dict[str, float], set[str], set[str]]:
-    """``loop``'s epoch-level logged values; the names to average over processes; those kept from loggers.
+class EpochLogged(NamedTuple):
+    """A loop's epoch-level logged values, by name, and what each name is for."""
+
+    values: dict[str, float]
+    #: the names to average over processes (``sync_dist=True``)
+    sync: set[str]
+    #: the names kept from the loggers (``logger=False``, and the bare name of one logged on step and epoch)
+    hidden: set[str]
+    #: whether the progress bar shows each name (``prog_bar``; the bare name of a forked one: no)
+    shown: dict[str, bool]
+
+
+def epoch_values(state: TrainerState, loop: str, computed: Mapping[str, float] | None = None) -> EpochLogged:
+    """``loop``'s epoch-level logged values, with the names to sync, keep from loggers and show on the bar.
 
     ``computed`` holds the epoch values of logged torchmetrics metrics (their ``compute()``), by logged name.
     """
     values: dict[str, float] = {}
     sync: set[str] = set()
     hidden: set[str] = set()
+    shown: dict[str, bool] = {}
     prefix = f"{loop}/"
     for key, row in state.logged.items():
         if not key.startswith(prefix):
@@ -228,18 +241,18 @@ def epoch_values(
             value = computed[row["metric"]]
         elif row["reduce"] == "mean":
             value = reduce32.div(value, float(row["weight"]), bool(row.get("f64")))
-        values[name] = value
+        values[name], shown[name] = value, bool(row["prog_bar"])
         if row["sync_dist"]:
             sync.add(name)
         if not row["logger"]:
             hidden.add(name)
         forked = row.get("forked")
         if forked:  # logged on step and epoch: at the epoch end the bare name is the epoch value (not a logger row)
-            values[str(forked)] = value
+            values[str(forked)], shown[str(forked)] = value, False
             hidden.add(str(forked))
             if row["sync_dist"]:
                 sync.add(str(forked))
-    return values, sync, hidden
+    return EpochLogged(values, sync, hidden, shown)
 
 
 def scalars(outputs: Any, prefix: str) -> dict[str, float]:

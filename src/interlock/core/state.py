@@ -13,11 +13,14 @@ from typing import Any, overload
 
 import attrs
 
-__all__ = ["STATE_VERSION", "History", "Progress", "TrainerState", "freeze", "mode_of", "thaw"]
+__all__ = [
+    "STATE_VERSION", "History", "Progress", "TrainerState", "freeze", "mode_of", "progress_bar_metrics", "thaw",
+]  # fmt: skip
 
 #: 2 added the facts guards read (``agreed``, ``limits``, ``manual_optimization``, ``eval_exhausted``),
 #: ``metric_modes``, ``error``/``failed_in`` and ``loader_results``; a version-1 state loads with their defaults.
-STATE_VERSION = 2
+#: 3 added ``prog_bar`` (which logged metrics the progress bar shows); a version-2 state loads with none.
+STATE_VERSION = 3
 STATUSES = ("idle", "running", "finished", "interrupted", "failed")
 
 
@@ -178,6 +181,9 @@ class TrainerState:
     should_stop: bool = False
     stop_reason: str = ""
     metrics: Mapping[str, float] = attrs.field(factory=dict, converter=freeze)
+    #: for the metrics the module logged (``self.log``): whether the progress bar shows the name (Lightning's
+    #: ``progress_bar_metrics``: ``prog_bar=True``, under ``<name>_step``/``<name>_epoch`` when logged on both)
+    prog_bar: Mapping[str, bool] = attrs.field(factory=dict, converter=freeze)
     best_metrics: Mapping[str, float] = attrs.field(factory=dict, converter=freeze)
     history: History = attrs.field(factory=History, converter=_history)
     eval_sums: Mapping[str, float] = attrs.field(factory=dict, converter=freeze)
@@ -325,9 +331,10 @@ def _check_plain(data: Mapping[str, Any]) -> None:
         if not isinstance(value, Mapping) or not _number(value.get("value")) or not _number(value.get("weight")):
             raise ValueError(f"state 'logged'[{name!r}] must be a mapping with number 'value' and 'weight'")
     mapping("data")
-    for name, value in mapping("agreed").items():
-        if not isinstance(value, bool):
-            raise ValueError(f"state 'agreed'[{name!r}] must be a bool, got {value!r:.80}")
+    for field in ("agreed", "prog_bar"):
+        for name, value in mapping(field).items():
+            if not isinstance(value, bool):
+                raise ValueError(f"state {field!r}[{name!r}] must be a bool, got {value!r:.80}")
     for name, value in mapping("limits").items():
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
             raise ValueError(f"state 'limits'[{name!r}] must be an int >= 0 or None, got {value!r:.80}")
@@ -353,6 +360,12 @@ def _check_plain(data: Mapping[str, Any]) -> None:
     seed = data.get("seed")
     if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
         raise ValueError(f"state 'seed' must be an int or None, got {seed!r:.80}")
+
+
+def progress_bar_metrics(state: TrainerState) -> dict[str, float]:
+    """Lightning's ``trainer.progress_bar_metrics``: the latest value of each metric logged with ``prog_bar=True``."""
+    shown = state.prog_bar
+    return {k: v for k, v in state.metrics.items() if shown.get(k)}
 
 
 def mode_of(metric: str, modes: Mapping[str, str]) -> str:

@@ -73,9 +73,15 @@ class Stop(Update):
 
 @attrs.frozen
 class LogMetrics(Update):
-    """Record metric values (merged into ``state.metrics``)."""
+    """Record metric values (merged into ``state.metrics``).
+
+    ``prog_bar``: for names the module logged, whether the progress bar shows them (``self.log(prog_bar=...)``);
+    a name not in it (a listener's metric, a returned scalar) is shown by interlock's bars and is not one of
+    Lightning's ``progress_bar_metrics``.
+    """
 
     metrics: Mapping[str, float] = attrs.field(converter=freeze)
+    prog_bar: Mapping[str, bool] = attrs.field(factory=dict, converter=freeze)
 
 
 @attrs.frozen
@@ -158,6 +164,7 @@ class BeginStage(Change):
             "should_stop": False,
             "stop_reason": "",
             "metrics": {},
+            "prog_bar": {},
             "metric_modes": self.metric_modes,
             "agreed": {},
             "limits": {},
@@ -332,6 +339,7 @@ class Merged:
 
     stop: str | None = None
     metrics: Mapping[str, float] = attrs.field(factory=dict)
+    prog_bar: Mapping[str, bool] = attrs.field(factory=dict)
     listeners: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
     restore: TrainerState | None = None
     effects: tuple[Update, ...] = ()
@@ -361,6 +369,7 @@ def merge(items: Iterable[tuple[str, Update]]) -> Merged:
     """
     stop: str | None = None
     metrics: dict[str, tuple[float, str]] = {}
+    prog_bar: dict[str, bool] = {}
     listeners: dict[str, tuple[Any, str]] = {}
     restore: list[tuple[TrainerState, str]] = []
     lrs: dict[Any, tuple[float, str]] = {}
@@ -374,6 +383,7 @@ def merge(items: Iterable[tuple[str, Update]]) -> Merged:
         elif isinstance(update, LogMetrics):
             for k, v in update.metrics.items():
                 _put(metrics, k, v, source, "metric")
+            prog_bar.update(update.prog_bar)
         elif isinstance(update, SetListenerState):
             _put(listeners, update.key, update.value, source, "listener state")
         elif isinstance(update, RestoreState):
@@ -388,6 +398,7 @@ def merge(items: Iterable[tuple[str, Update]]) -> Merged:
     return Merged(
         stop=stop,
         metrics={k: v for k, (v, _) in metrics.items()},
+        prog_bar=prog_bar,
         listeners={k: v for k, (v, _) in listeners.items()},
         restore=restore[0][0] if restore else None,
         effects=tuple(effects),
@@ -415,6 +426,8 @@ def reduce(state: TrainerState, merged: Merged) -> TrainerState:
     if merged.metrics:
         changes["metrics"] = {**state.metrics, **merged.metrics}
         changes["best_metrics"] = best_of(state.best_metrics, merged.metrics, state.metric_modes)
+        if merged.prog_bar:
+            changes["prog_bar"] = {**state.prog_bar, **merged.prog_bar}
     if merged.listeners:
         changes["listeners"] = {**state.listeners, **merged.listeners}
     if changes:

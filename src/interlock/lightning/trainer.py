@@ -20,7 +20,7 @@ import torch
 from interlock.connectors.callbacks import is_callback
 from interlock.core.events import Listener
 from interlock.core.module import Module
-from interlock.core.state import TrainerState
+from interlock.core.state import TrainerState, progress_bar_metrics
 from interlock.trainer.trainer import Trainer as NativeTrainer
 
 __all__ = ["Trainer"]
@@ -290,8 +290,8 @@ class Trainer(NativeTrainer):
 
     @property
     def progress_bar_metrics(self) -> dict[str, float]:
-        """The metrics the progress bar shows (every metric: interlock's bar does not filter by ``prog_bar``)."""
-        return dict(self.state.metrics)
+        """The metrics logged with ``prog_bar=True``, under Lightning's names (``<name>_step``/``<name>_epoch``)."""
+        return progress_bar_metrics(self.state)
 
     @property
     def current_epoch(self) -> int:

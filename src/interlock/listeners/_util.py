@@ -63,6 +63,16 @@ def row_metrics(row: Mapping[str, Any]) -> dict[str, float]:
     }
 
 
+def bar_metrics(state: TrainerState, prefix: str = "") -> dict[str, float]:
+    """The metrics a progress bar shows: all but those the module logged with ``prog_bar=False`` (as Lightning).
+
+    A metric logged on step and epoch shows as ``<name>_step``/``<name>_epoch``, not under its bare name.
+    Metrics the module did not log (returned scalars, listeners') show; ``prefix`` keeps the names starting with it.
+    """
+    shown = state.prog_bar
+    return {k: v for k, v in state.metrics.items() if k.startswith(prefix) and shown.get(k, True)}
+
+
 def format_metrics(metrics: Mapping[str, Any]) -> str:
     """``name=value`` pairs with 4 significant digits, in name order."""
     parts = []

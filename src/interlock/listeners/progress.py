@@ -9,7 +9,7 @@ from typing import Any, TextIO
 
 from interlock.core.events import Event, Handler, Listener, listen
 from interlock.core.state import TrainerState
-from interlock.listeners._util import format_metrics, loss_tensor, stage_starts
+from interlock.listeners._util import bar_metrics, format_metrics, loss_tensor, stage_starts
 
 __all__ = ["ProgressBar"]
 
@@ -153,7 +153,7 @@ class ProgressBar(Listener):
         rate = self._rate("train", n)
         if not self.enabled:
             return
-        metrics = format_metrics(state.metrics)
+        metrics = format_metrics(bar_metrics(state))
         bar = self._bars.get("train")
         if bar is not None:
             bar.set_postfix_str(metrics, refresh=False)
@@ -196,7 +196,7 @@ class ProgressBar(Listener):
         n = state.progress.eval_batch_idx
         rate = self._rate(loop, n)
         prefix = _PREFIX.get(kind)
-        metrics = format_metrics({k: v for k, v in state.metrics.items() if k.startswith(prefix)}) if prefix else ""
+        metrics = format_metrics(bar_metrics(state, prefix)) if prefix else ""
         bar = self._bars.pop(loop, None)
         if bar is not None:
             if metrics:

@@ -303,17 +303,19 @@ def register(reg: Registry) -> None:
             reduce = run.dist.reduce_metrics if run.dist is not None else None
             if reduce is not None:
                 metrics = reduce(metrics)
-            logged, hidden = logged_values(run, "eval")
-            metrics.update(logged)
+            logged = logged_values(run, "eval")
+            metrics.update(logged.values)
+            hidden, shown = logged.hidden, logged.shown
             idx = run.counters.eval_loader
             if loader_count(run.feeds, key) > 1:
                 metrics = {f"{k}/dataloader_idx_{idx}": v for k, v in metrics.items()}
                 hidden = {f"{k}/dataloader_idx_{idx}" for k in hidden}
+                shown = {f"{k}/dataloader_idx_{idx}": v for k, v in shown.items()}
             c = run.counters
-            shown = {k: v for k, v in metrics.items() if k not in hidden}
-            row = {"stage": prefix, "epoch": c.epoch, "global_step": c.global_step, **shown}
+            kept = {k: v for k, v in metrics.items() if k not in hidden}
+            row = {"stage": prefix, "epoch": c.epoch, "global_step": c.global_step, **kept}
             return [
-                LogMetrics(metrics),
+                LogMetrics(metrics, shown),
                 AppendHistory(row),
                 AddEvalSums(None),
                 AddLogged(clear="eval"),
