@@ -112,6 +112,15 @@ def test_bench_quick_json_shape() -> None:
     ignite = variants["ignite"]  # measured when installed, reported unavailable otherwise
     assert "unavailable" in ignite or _finite(ignite["us_per_step"])
 
+    split = report["split"]  # a step's time by part: torch's calls, and the rest (the loop's or trainer's own Python)
+    assert "error" not in split, split
+    parts = ("fetch", "forward", "zero_grad", "backward", "optimizer_step", "rest", "step")
+    assert set(split["us"]) == {"plain", "interlock_bare", "interlock_default"}
+    assert all(_finite(row[p]) for row in split["us"].values() for p in parts)
+    plain = split["us"]["plain"]  # plain's own values: every part takes time, and the parts lie inside the step
+    assert all(plain[p] > 0 for p in parts)
+    assert plain["step"] >= plain["forward"] + plain["backward"] + plain["optimizer_step"]
+
     ddp = report["ddp"]
     assert ddp["status"] in ("ok", "unavailable"), ddp
     if ddp["status"] == "ok":

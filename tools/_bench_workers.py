@@ -1152,8 +1152,110 @@ def run_opcodes(spec: dict[str, Any]) -> dict[str, Any]:
     return {"per_step": per, "total": sum(per.values()), "steps": [short, long]}
 
 
+#: The parts of a step that are torch's own work, each timed around one call (the same calls in every variant).
+SPLIT_PARTS = ("fetch", "forward", "zero_grad", "backward", "optimizer_step")
+
+
+def _split_timers(log: list[tuple[int, float]]) -> list[tuple[Any, str, Any]]:
+    """Wrap the torch calls of a step so each logs (part, seconds); return what to restore."""
+    import torch.utils.data.dataloader as dl
+
+    module = sys.modules[__name__]
+    targets = [
+        (dl._BaseDataLoaderIter, "__next__", 0),
+        (module, "loss_of", 1),
+        (torch.optim.Optimizer, "zero_grad", 2),
+        (torch.Tensor, "backward", 3),
+        (torch.optim.SGD, "step", 4),
+    ]
+    saved = []
+    clock = time.perf_counter
+
+    for owner, name, part in targets:
+        original = owner.__dict__[name]
+
+        def timed(*args: Any, _fn: Any = original, _part: int = part, **kwargs: Any) -> Any:
+            start = clock()
+            try:
+                return _fn(*args, **kwargs)
+            finally:
+                log.append((_part, clock() - start))
+
+        saved.append((owner, name, original))
+        setattr(owner, name, timed)
+    return saved
+
+
+def run_split(spec: dict[str, Any]) -> dict[str, Any]:
+    """Where a step's time goes: torch's parts (``SPLIT_PARTS``) and the rest (the loop or trainer's own Python).
+
+    Every variant runs in this process, ``runs`` rounds in a rotating order, with the same five torch
+    calls timed; a step is the time between two ``training_step`` starts, and each part's cost is
+    the lower decile over a run's steps (the machine undisturbed: a shared machine slows whole
+    stretches of a run, which moves medians by more than the few µs measured here).
+    """
+    torch.set_num_threads(1)
+    variants, batch = list(spec["variants"]), spec["batch"]
+    for variant in variants:
+        warm_up(variant)
+    ds = make_dataset(spec["samples"])
+    max_steps = math.ceil(spec["samples"] / batch)
+    log: list[tuple[int, float]] = []
+    saved = _split_timers(log)
+
+    def once(variant: str) -> dict[str, float]:
+        clock, marks = StepClock(), []
+        tick = clock.tick
+
+        def mark() -> None:  # where each step starts in the log of parts
+            marks.append(len(log))
+            tick()
+
+        clock.tick = mark  # type: ignore[method-assign]
+        log.clear()
+        with quiet(), contextlib.redirect_stdout(io.StringIO()):
+            if variant == "plain":
+                _plain(ds, batch, clock, max_steps, _no_probe)
+            else:
+                default, view = variant != "interlock_bare", variant == "interlock_view"
+                _interlock(ds, batch, clock, max_steps, _no_probe, None, default=default, view=view)
+        parts: list[list[float]] = [[] for _ in SPLIT_PARTS]
+        rest: list[float] = []
+        steps: list[float] = []
+        for i in range(len(marks) - 1):
+            gap = clock.times[i + 1] - clock.times[i]
+            sums = [0.0] * len(SPLIT_PARTS)
+            for part, seconds in log[marks[i] : marks[i + 1]]:
+                sums[part] += seconds
+            for part, total in enumerate(sums):
+                parts[part].append(total)
+            rest.append(gap - sum(sums))
+            steps.append(gap)
+
+        def low(values: list[float]) -> float:
+            return statistics.quantiles(values, n=10)[0] * 1e6
+
+        out = {name: low(values) for name, values in zip(SPLIT_PARTS, parts, strict=True)}
+        out.update(rest=low(rest), step=low(steps))
+        return out
+
+    try:
+        for variant in variants:
+            once(variant)
+        results: dict[str, list[dict[str, float]]] = {v: [] for v in variants}
+        for rnd in range(spec["runs"]):
+            shift = (spec.get("shift", 0) + rnd) % len(variants)
+            for variant in variants[shift:] + variants[:shift]:
+                results[variant].append(once(variant))
+    finally:
+        for owner, name, original in saved:
+            setattr(owner, name, original)
+    return {"rounds": results}
+
+
 TASKS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "opcodes": run_opcodes,
+    "split": run_split,
     "failure": run_failure,
     "long": run_long,
     "long_companion": run_long_companion,

@@ -33,7 +33,7 @@ HERE = Path(__file__).resolve().parent
 WORKER = HERE / "_bench_workers.py"
 SRC = HERE.parent / "src"
 
-SECTIONS = ("steps", "work", "ddp", "ckpt", "resume", "rss", "epochs", "long", "failure")
+SECTIONS = ("steps", "work", "split", "ddp", "ckpt", "resume", "rss", "epochs", "long", "failure")
 STEP_VARIANTS = (
     "plain",
     "prebatched",
@@ -112,6 +112,9 @@ SIZES: dict[str, dict[str, Any]] = {
         "failure_steps": 2_000,
         "failure_epochs": 10,
         "work_steps": [100, 300],
+        "split_processes": 3,
+        "split_runs": 8,
+        "split_samples": 20_000,
     },
     "quick": {
         "steps_samples": 200,
@@ -136,6 +139,9 @@ SIZES: dict[str, dict[str, Any]] = {
         "failure_steps": 20,
         "failure_epochs": 3,
         "work_steps": [20, 40],
+        "split_processes": 1,
+        "split_runs": 1,
+        "split_samples": 300,
     },
 }
 
@@ -568,6 +574,37 @@ def section_work(runner: Runner, size: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+SPLIT_VARIANTS = ("plain", "interlock_bare", "interlock_default")
+SPLIT_PARTS = ("fetch", "forward", "zero_grad", "backward", "optimizer_step", "rest", "step")
+
+
+def section_split(runner: Runner, size: dict[str, Any]) -> dict[str, Any]:
+    """Where a step's time goes: torch's parts against the trainer's own Python (``rest``), each over plain.
+
+    The ratio targets judge a whole step; this says whether a variant's extra time is its own work
+    (``rest``: the trainer's code between torch's calls) or torch's parts running slower beside it.
+    Per part, the median over every round of every process of ``variant - plain`` in that round.
+    """
+    procs, runs = size["split_processes"], size["split_runs"]
+    runner.log(f"[split] a step's parts, lower decile over each run's steps: {procs} processes x {runs} rounds")
+    diffs: dict[str, dict[str, list[float]]] = {v: {p: [] for p in SPLIT_PARTS} for v in SPLIT_VARIANTS}
+    for index in range(procs):
+        spec = {"task": "split", "variants": list(SPLIT_VARIANTS), "batch": size["batch"], "runs": runs}
+        result = runner.run({**spec, "samples": size["split_samples"], "shift": index})
+        rounds = result.get("rounds")
+        if not rounds:
+            return {"error": result.get("error", "no result")}
+        for variant in SPLIT_VARIANTS:
+            for mine, base in zip(rounds[variant], rounds["plain"], strict=True):
+                for part in SPLIT_PARTS:
+                    diffs[variant][part].append(mine[part] - base[part] if variant != "plain" else base[part])
+    return {
+        "processes": procs,
+        "runs": runs,
+        "us": {v: {p: statistics.median(xs) for p, xs in parts.items()} for v, parts in diffs.items()},
+    }
+
+
 def section_epochs(runner: Runner, size: dict[str, Any]) -> dict[str, Any]:
     """How the cost of an epoch grows with the run: early epochs against the last ones, one long run."""
     epochs = size["growth_epochs"]
@@ -805,6 +842,20 @@ def render(report: dict[str, Any]) -> str:
                 + target
                 + (f"  ERROR {row['error']}" if "error" in row else "")
             )
+    split = report.get("split")
+    if split is not None:
+        lines.append("")
+        if "error" in split:
+            lines.append(f"split: error ({split['error']})")
+        else:
+            lines.append(
+                f"where a step's time goes, us (lower decile of each run's steps; {split['processes']} processes x "
+                f"{split['runs']} rounds; plain's own, the others over plain):"
+            )
+            lines.append(f"  {'':<18}" + "".join(f"{p:>15}" for p in SPLIT_PARTS))
+            for name, row in split["us"].items():
+                fmt = "{:.1f}" if name == "plain" else "{:+.1f}"
+                lines.append(f"  {name:<18}" + "".join(f"{fmt.format(row[p]):>15}" for p in SPLIT_PARTS))
     ddp = report.get("ddp")
     if ddp is not None:
         lines.append("")
@@ -1005,6 +1056,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "resume": lambda: section_resume(runner, size, repeats, warmup),
         "rss": lambda: section_rss(runner, size, repeats, warmup, steps_runs, args.variant_list),
         "work": lambda: section_work(runner, size),
+        "split": lambda: section_split(runner, size),
         "epochs": lambda: section_epochs(runner, size),
         "long": lambda: section_long(runner, size),
         "failure": lambda: section_failure(runner, size),
