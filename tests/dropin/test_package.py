@@ -679,3 +679,81 @@ def test_the_adapter_trainer_is_the_native_trainer() -> None:
     """interlock.lightning.Trainer is an interlock.Trainer: the native API keeps working on it."""
     assert issubclass(il.Trainer, interlock.Trainer)
     assert il.LightningModule is interlock.Module and il.LightningDataModule is interlock.DataModule
+
+
+def _optimizer_args(package: str, scheduler: str) -> list[str]:
+    args = ["--optimizer=Adam", "--optimizer.lr=0.01"]
+    if scheduler == "step":
+        args += ["--lr_scheduler=StepLR", "--lr_scheduler.step_size=1", "--lr_scheduler.gamma=0.5"]
+    elif scheduler == "plateau":  # the CLI's own ReduceLROnPlateau, which names the metric it watches
+        args += [
+            f"--lr_scheduler={package}.cli.ReduceLROnPlateau", "--lr_scheduler.monitor=val_loss",
+            "--lr_scheduler.patience=0", "--lr_scheduler.factor=0.5",
+        ]  # fmt: skip
+    return args
+
+
+@pytest.mark.parametrize("scheduler", ["none", "step", "plateau"])
+def test_lightning_cli_optimizer_options_train_as_lightnings(scheduler: str, tmp_path: Path) -> None:
+    """--optimizer/--lr_scheduler replace the module's configure_optimizers, with Lightning's warning and weights."""
+    flags = ["--trainer.max_epochs=3", "--trainer.logger=false", "--trainer.enable_checkpointing=false"]
+    trained = []
+    for package, model, data in (
+        ("pytorch_lightning", LitRegression, LitData),
+        ("interlock.lightning", Regression, Data),
+    ):
+        cli_cls = importlib.import_module(f"{package}.cli").LightningCLI
+        args = _cli_args(tmp_path / package, "fit", *flags, *_optimizer_args(package, scheduler))
+        with pytest.warns(UserWarning, match="configure_optimizers` will be overridden by `LightningCLI"):
+            cli = cli_cls(model, data, seed_everything_default=5, args=args)
+        optimizer = _optimizer_of(cli.model)
+        assert type(optimizer).__name__ == "Adam"
+        trained.append((harness.weights(cli.model), optimizer.param_groups[0]["lr"]))
+    assert harness.differences(trained[0][0], trained[1][0]) == []
+    assert trained[0][1] == trained[1][1] == {"none": 0.01, "step": 0.01 * 0.5**3, "plateau": trained[0][1]}[scheduler]
+
+
+def _optimizer_of(module: Any) -> Any:
+    """The optimizer the module's (replaced) configure_optimizers hands out: the one that trained."""
+    out = module.configure_optimizers()
+    if isinstance(out, dict):
+        return out["optimizer"]
+    return out[0][0] if isinstance(out, tuple) else out
+
+
+class NoOptimizers(il.LightningModule):
+    """A module that leaves its optimizer to the command line (LightningCLI's --optimizer)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Linear(3, 1)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return torch.nn.functional.mse_loss(self.net(batch[0]), batch[1])
+
+
+def test_lightning_cli_optimizer_serves_a_module_without_configure_optimizers(tmp_path: Path) -> None:
+    """A module with no configure_optimizers trains with the --optimizer given, and no warning."""
+    import warnings
+
+    from interlock.lightning.cli import LightningCLI
+
+    args = ["fit", f"--trainer.default_root_dir={tmp_path}", "--trainer.max_epochs=1", "--optimizer=SGD"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        cli = LightningCLI(
+            NoOptimizers, Data, args=[*args, "--optimizer.lr=0.2", "--trainer.enable_progress_bar=false"]
+        )
+    assert cli.trainer.global_step == 4
+    assert type(_optimizer_of(cli.model)).__name__ == "SGD" and _optimizer_of(cli.model).param_groups[0]["lr"] == 0.2
+    assert "optimizer:" in (Path(cli.trainer.log_dir) / "config.yaml").read_text()  # saved with the rest
+
+
+def test_lightning_cli_refuses_a_scheduler_without_an_optimizer(tmp_path: Path) -> None:
+    """--lr_scheduler alone is an error naming --optimizer (Lightning ignores the scheduler without a word)."""
+    from interlock.lightning.cli import LightningCLI
+
+    with pytest.raises(ValueError, match=r"--lr_scheduler StepLR was given without --optimizer.*--optimizer=SGD"):
+        LightningCLI(
+            Regression, Data, args=_cli_args(tmp_path, "fit", "--lr_scheduler=StepLR", "--lr_scheduler.step_size=1")
+        )

@@ -11,24 +11,80 @@ The parsed config is written to ``<run dir>/config.yaml`` when a stage starts, a
 
 from __future__ import annotations
 
+import importlib
 import sys
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import partial
 from pathlib import Path
+from types import MethodType
 from typing import Any, cast
 
+import torch
 from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
 
 from interlock.core.datamodule import DataModule
 from interlock.core.events import Event, Handler, Listener
-from interlock.core.module import Module
+from interlock.core.module import Module, overrides
 from interlock.core.state import TrainerState
 from interlock.lightning._refuse import refuse_value
 from interlock.lightning.trainer import Trainer
 from interlock.lightning.utilities.seed import seed_everything
 
-__all__ = ["LightningArgumentParser", "LightningCLI", "SaveConfigCallback"]
+__all__ = [
+    "LRSchedulerTypeTuple", "LightningArgumentParser", "LightningCLI", "ReduceLROnPlateau", "SaveConfigCallback",
+]  # fmt: skip
 
-LightningArgumentParser = ArgumentParser
+#: What ``--lr_scheduler`` accepts (Lightning's ``LRSchedulerTypeTuple``).
+LRSchedulerTypeTuple = (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+LRSchedulerType = type[torch.optim.lr_scheduler.LRScheduler] | type[torch.optim.lr_scheduler.ReduceLROnPlateau]
+
+
+class ReduceLROnPlateau(torch.optim.lr_scheduler.ReduceLROnPlateau):
+    """torch's ``ReduceLROnPlateau`` with the metric it watches (``monitor``), as Lightning's CLI has it."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, monitor: str, *args: Any, **kwargs: Any) -> None:
+        super().__init__(optimizer, *args, **kwargs)
+        self.monitor = monitor
+
+
+class LightningArgumentParser(ArgumentParser):
+    """jsonargparse's parser with Lightning's ``add_optimizer_args`` / ``add_lr_scheduler_args``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._optimizers: dict[str, tuple[Any, str]] = {}
+        self._lr_schedulers: dict[str, tuple[Any, str]] = {}
+
+    def add_optimizer_args(
+        self,
+        optimizer_class: type[torch.optim.Optimizer] | tuple[type[torch.optim.Optimizer], ...] = (
+            torch.optim.Optimizer,
+        ),
+        nested_key: str = "optimizer",
+        link_to: str = "AUTOMATIC",
+    ) -> None:
+        """Options for an optimizer's arguments under ``nested_key`` (a tuple: any subclass, by ``class_path``)."""
+        self._add_group(optimizer_class, nested_key, "params")
+        self._optimizers[nested_key] = (optimizer_class, link_to)
+
+    def add_lr_scheduler_args(
+        self,
+        lr_scheduler_class: LRSchedulerType | tuple[LRSchedulerType, ...] = LRSchedulerTypeTuple,
+        nested_key: str = "lr_scheduler",
+        link_to: str = "AUTOMATIC",
+    ) -> None:
+        """Options for a learning-rate scheduler's arguments under ``nested_key``."""
+        self._add_group(lr_scheduler_class, nested_key, "optimizer")
+        self._lr_schedulers[nested_key] = (lr_scheduler_class, link_to)
+
+    def _add_group(self, cls: type | tuple[type, ...], key: str, skip: str) -> None:
+        options: dict[str, Any] = {"instantiate": False, "fail_untyped": False, "skip": {skip}}
+        if isinstance(cls, tuple):
+            self.add_subclass_arguments(cls, key, **options)
+        else:
+            self.add_class_arguments(cls, key, sub_configs=True, **options)
+
 
 #: Per subcommand, the Trainer method's arguments the CLI takes (besides the model and data it builds).
 _SUBCOMMANDS: Mapping[str, tuple[str, ...]] = {
@@ -95,8 +151,10 @@ class LightningCLI:
         subclass_mode_data: Accept any subclass of ``datamodule_class``.
         args: The arguments: a list of strings, a dict or a ``Namespace`` (``None``: ``sys.argv[1:]``).
         run: ``True``: parse a subcommand and run it; ``False``: only build ``cli.model``, ``cli.trainer``, ...
-        auto_configure_optimizers: Lightning adds ``--optimizer``/``--lr_scheduler`` options; interlock does not
-            (only ``False`` or the default ``True`` with no such options given are accepted).
+        auto_configure_optimizers: Add ``--optimizer`` and ``--lr_scheduler`` (any torch optimizer and scheduler,
+            by name or ``class_path``); when an optimizer is given, it replaces the module's
+            ``configure_optimizers`` (a warning says so when the module has one), as in Lightning. A scheduler
+            given without an optimizer is an error (Lightning ignores it).
     """
 
     def __init__(
@@ -109,7 +167,7 @@ class LightningCLI:
         trainer_defaults: dict[str, Any] | None = None,
         seed_everything_default: bool | int = True,
         parser_kwargs: dict[str, Any] | None = None,
-        parser_class: type[ArgumentParser] = ArgumentParser,
+        parser_class: type[ArgumentParser] = LightningArgumentParser,
         subclass_mode_model: bool = False,
         subclass_mode_data: bool = False,
         args: Sequence[str] | Mapping[str, Any] | Namespace | None = None,
@@ -195,6 +253,78 @@ class LightningCLI:
         self.add_default_arguments_to_parser(parser)
         self.add_core_arguments_to_parser(parser)
         self.add_arguments_to_parser(parser)
+        if self.auto_configure_optimizers and isinstance(parser, LightningArgumentParser):
+            if not parser._optimizers:
+                parser.add_optimizer_args()
+            if not parser._lr_schedulers:
+                parser.add_lr_scheduler_args()
+        self.link_optimizers_and_lr_schedulers(parser)
+
+    @staticmethod
+    def link_optimizers_and_lr_schedulers(parser: ArgumentParser) -> None:
+        """Link each optimizer or scheduler group that names a ``link_to`` key to it (``class_path``, ``init_args``)."""
+        groups = {**getattr(parser, "_optimizers", {}), **getattr(parser, "_lr_schedulers", {})}
+        for key, (cls, link_to) in groups.items():
+            if link_to == "AUTOMATIC":
+                continue
+            if isinstance(cls, tuple):
+                parser.link_arguments(key, link_to)
+            else:
+                path = f"{cls.__module__}.{cls.__qualname__}"
+                parser.link_arguments(key, link_to, compute_fn=partial(_with_class_path, path))
+
+    @staticmethod
+    def configure_optimizers(
+        lightning_module: Module, optimizer: torch.optim.Optimizer, lr_scheduler: Any = None
+    ) -> Any:
+        """What the module's ``configure_optimizers`` returns when ``--optimizer`` replaced it (Lightning's)."""
+        if lr_scheduler is None:
+            return optimizer
+        if isinstance(lr_scheduler, ReduceLROnPlateau):
+            return {
+                "optimizer": optimizer,
+                "lr_scheduler": {"scheduler": lr_scheduler, "monitor": lr_scheduler.monitor},
+            }
+        return [optimizer], [lr_scheduler]
+
+    def _add_configure_optimizers_method_to_model(self) -> None:
+        """Replace the module's ``configure_optimizers`` with the ``--optimizer`` / ``--lr_scheduler`` given."""
+        parser = self._subcommand_parsers.get(self.subcommand or "", self.parser)
+        if not self.auto_configure_optimizers or not isinstance(parser, LightningArgumentParser):
+            return
+        optimizers = [k for k, (_, link) in parser._optimizers.items() if link == "AUTOMATIC"]
+        schedulers = [k for k, (_, link) in parser._lr_schedulers.items() if link == "AUTOMATIC"]
+        if not optimizers:
+            return
+        if len(optimizers) > 1 or len(schedulers) > 1:
+            raise ValueError(
+                f"{type(self).__name__}: at most one optimizer and one lr_scheduler group can be 'AUTOMATIC', found "
+                f"{optimizers + schedulers}; link the others (link_to=...) and write configure_optimizers"
+            )
+        init = self._sub(self.config_init)
+        optimizer_init = _class_and_args(parser._optimizers[optimizers[0]][0], init.get(optimizers[0]))
+        scheduler_init = (
+            _class_and_args(parser._lr_schedulers[schedulers[0]][0], init.get(schedulers[0])) if (schedulers) else None
+        )
+        if optimizer_init is None:
+            if scheduler_init is not None:
+                raise ValueError(
+                    f"--{schedulers[0]} {scheduler_init[0].__name__} was given without --{optimizers[0]}: a scheduler "
+                    f"needs the optimizer it schedules; pass --{optimizers[0]} (e.g. --{optimizers[0]}=SGD "
+                    f"--{optimizers[0]}.lr=0.1), or build both in configure_optimizers"
+                )
+            return
+        if overrides(self.model, "configure_optimizers"):
+            warnings.warn(
+                f"`{type(self.model).__name__}.configure_optimizers` will be overridden by "
+                f"`{type(self).__name__}.configure_optimizers`.",
+                stacklevel=2,
+            )
+        optimizer_cls, optimizer_args = optimizer_init
+        optimizer = optimizer_cls(self.model.parameters(), **optimizer_args)
+        scheduler = scheduler_init[0](optimizer, **scheduler_init[1]) if scheduler_init is not None else None
+        chosen = partial(self.configure_optimizers, optimizer=optimizer, lr_scheduler=scheduler)
+        self.model.configure_optimizers = MethodType(chosen, self.model)  # type: ignore[method-assign]
 
     def _parse(self, args: Sequence[str] | Mapping[str, Any] | Namespace | None) -> Namespace:
         if isinstance(args, str):
@@ -231,6 +361,7 @@ class LightningCLI:
         init = self._sub(self.config_init)
         self.model: Module = init.get("model")
         self.datamodule: Any = init.get("data")
+        self._add_configure_optimizers_method_to_model()
         self.trainer = self.instantiate_trainer(parser)
 
     def instantiate_trainer(self, parser: ArgumentParser | None = None, **kwargs: Any) -> Trainer:
@@ -259,3 +390,20 @@ class LightningCLI:
         after = getattr(self, f"after_{subcommand}", None)
         if callable(after):
             after()
+
+
+def _with_class_path(path: str, init_args: Any) -> dict[str, Any]:
+    return {"class_path": path, "init_args": init_args}
+
+
+def _class_and_args(cls: type | tuple[type, ...], given: Any) -> tuple[type, dict[str, Any]] | None:
+    """The class and keyword arguments of an optimizer or scheduler group (``None``: not given)."""
+    if given is None:
+        return None
+    data = given.as_dict() if isinstance(given, Namespace) else dict(given)
+    if isinstance(cls, tuple):  # any subclass: class_path and init_args
+        if not data.get("class_path"):
+            return None
+        module, _, name = str(data["class_path"]).rpartition(".")
+        return getattr(importlib.import_module(module), name), dict(data.get("init_args") or {})
+    return cls, data
