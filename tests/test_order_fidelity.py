@@ -367,11 +367,14 @@ class BarLogs:
         self.log("epoch_only", loss * 4, prog_bar=True, on_step=False, on_epoch=True)  # type: ignore[attr-defined]
         return loss
 
-    def validation_step(self, batch: Any, batch_idx: int) -> None:
+    def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         loss = torch.nn.functional.cross_entropy(self.net(batch[0]), batch[1])
         self.log("val_shown", loss, prog_bar=True)  # type: ignore[attr-defined]
         self.log("val_hidden", loss * 2)  # type: ignore[attr-defined]
         self.log("val_step", loss * 3, prog_bar=True, on_step=True, on_epoch=True)  # type: ignore[attr-defined]
+
+    def on_validation_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self.log("from_hook", float(batch_idx + 1), prog_bar=True, on_step=True, on_epoch=False)  # type: ignore[attr-defined]
 
     def configure_optimizers(self) -> Any:
         return torch.optim.SGD(self.net.parameters(), lr=0.1)
@@ -386,7 +389,8 @@ def _bar_reader(base: type) -> Any:
             self.seen.append((f"bar, {when}", {k: round(float(v), 5) for k, v in trainer.progress_bar_metrics.items()}))
             callback = {k: round(float(v), 5) for k, v in trainer.callback_metrics.items()}
             # documented differences (docs/porting.md): an evaluation's step values and returned scalars are metrics
-            callback.pop("val_step_step", None)
+            for name in [k for k in callback if k.startswith(("val_step_step", "from_hook"))]:
+                callback.pop(name)
             callback.pop("train_loss", None)
             self.seen.append((f"callback, {when}", callback))
 
@@ -402,7 +406,8 @@ def _bar_reader(base: type) -> Any:
     return Reader()
 
 
-def test_a_callback_reads_the_metrics_lightnings_would_at_every_moment(tmp_path: Path) -> None:
+@pytest.mark.parametrize("val_loaders", [1, 2])
+def test_a_callback_reads_the_metrics_lightnings_would_at_every_moment(val_loaders: int, tmp_path: Path) -> None:
     """`trainer.progress_bar_metrics` holds the prog_bar=True metrics under Lightning's names, and in epoch-end
     hooks both it and `callback_metrics` already hold the epoch's values, as in Lightning."""
     import interlock.lightning as il
@@ -422,12 +427,12 @@ def test_a_callback_reads_the_metrics_lightnings_would_at_every_moment(tmp_path:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         lit_trainer = pl.Trainer(default_root_dir=tmp_path / "pl", callbacks=[theirs], **flags)
-        lit_trainer.fit(Lit(), loader(24, 8), loader(16, 8))
+        lit_trainer.fit(Lit(), loader(24, 8), [loader(16, 8, seed=i) for i in range(val_loaders)])
     our_trainer = il.Trainer(default_root_dir=tmp_path / "il", callbacks=[mine], **flags)
-    our_trainer.fit(Ours(), loader(24, 8), loader(16, 8))
+    our_trainer.fit(Ours(), loader(24, 8), [loader(16, 8, seed=i) for i in range(val_loaders)])
     assert mine.seen == theirs.seen
-    assert {"step_only", "both_step", "both_epoch", "epoch_only", "val_shown", "val_step_epoch"} <= set(
-        theirs.seen[-1][1]
-    )  # the case covers each kind of name
+    tail = "/dataloader_idx_1" if val_loaders == 2 else ""
+    covered = {"step_only", "both_step", "both_epoch", "epoch_only", f"val_shown{tail}", f"val_step_epoch{tail}"}
+    assert covered | {f"from_hook{tail}", f"val_step_step{tail}"} <= set(theirs.seen[-2][1])  # every kind of name
     final = {k: round(float(v), 5) for k, v in our_trainer.progress_bar_metrics.items()}
     assert final == {k: round(float(v), 5) for k, v in lit_trainer.progress_bar_metrics.items()}

@@ -464,7 +464,9 @@ def view(run: Run) -> TrainerView:
     return view
 
 
-def caller(run: Run, hook: str, loop: str, monitoring: bool | None = None) -> Callable[..., list[Update]] | None:
+def caller(
+    run: Run, hook: str, loop: str, monitoring: bool | None = None, suffix: Callable[[], str] | None = None
+) -> Callable[..., list[Update]] | None:
     """``call(*args, **kwargs)`` that runs ``hook`` of every callback that defines it; ``None`` when none does.
 
     ``monitoring``: only the monitoring callbacks (``True``), only the others (``False``), all (``None``).
@@ -492,7 +494,7 @@ def caller(run: Run, hook: str, loop: str, monitoring: bool | None = None) -> Ca
         updates = shown.take_updates()
         logs = mdict.get("_interlock_logs")
         if logs:
-            updates.extend(take(logs, hook, loop))
+            updates.extend(take(logs, hook, loop, suffix=suffix() if suffix is not None else ""))
         return updates
 
     return call

@@ -133,12 +133,14 @@ def take(
     loop: str,
     infer: Callable[[], int] | None = None,
     sink: dict[str, float] | None = None,
+    suffix: str = "",
 ) -> list[Update]:
     """The updates for what was logged in ``fx`` (``loop``: ``train`` or ``eval``); empties ``logs``.
 
     ``infer`` gives the batch size of the batch in flight (a mean's weight when ``batch_size`` is not given).
     ``sink``, when given, receives the step-level values meant for the loggers (``logger=True``) under the
-    names Lightning's loggers get (``<name>_step`` when also logged on epoch).
+    names Lightning's loggers get (``<name>_step`` when also logged on epoch). ``suffix`` ends every step-level
+    name (``/dataloader_idx_N`` in an evaluation loop with several loaders, as Lightning names them).
     """
     entries, logs[:] = list(logs), []
     defaults = DEFAULTS.get(fx)
@@ -162,12 +164,12 @@ def take(
         else:
             value = reduce32.cast(_float(e.name, e.value), f64)
         if on_step:
-            key = f"{e.name}_step" if on_epoch else e.name
+            key = (f"{e.name}_step" if on_epoch else e.name) + suffix
             step_metrics[key], shown[key] = value, e.prog_bar
             if sink is not None and e.logger:
                 sink[key] = value
             if on_epoch:  # Lightning's callback_metrics: the bare name is the latest value (not a bar's)
-                step_metrics[e.name], shown[e.name] = value, False
+                step_metrics[e.name + suffix], shown[e.name + suffix] = value, False
         if on_epoch and metric:  # the epoch value is the metric's compute() at the epoch end, then reset()
             row = {
                 "name": f"{e.name}_epoch" if on_step else e.name, "reduce": "metric", "value": 0.0, "weight": 0.0,

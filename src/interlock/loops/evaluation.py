@@ -259,7 +259,8 @@ def register(reg: Registry) -> None:
                     run.predictions.append(outputs)
                 return None
             logs = mdict.get("_interlock_logs")
-            logged = take(logs, name, "eval", infer) if logs else []
+            suffix = f"/dataloader_idx_{counters.eval_loader}" if count > 1 else ""  # Lightning's step-level names
+            logged = take(logs, name, "eval", infer, suffix=suffix) if logs else []
             values = scalars(outputs, prefix or "val")
             if not values:
                 return logged or None

@@ -73,8 +73,13 @@ def _eval_loop(params: Mapping[str, Any], action: str) -> str:
     return step.removesuffix("_step")
 
 
-def _module_call(run: Run, hook: str, loop: str) -> Callable[..., list[Update]] | None:
-    """``call(*args, **kwargs)`` of the module's ``hook`` returning its updates; ``None`` when it has none."""
+def _module_call(
+    run: Run, hook: str, loop: str, suffix: Callable[[], str] | None = None
+) -> Callable[..., list[Update]] | None:
+    """``call(*args, **kwargs)`` of the module's ``hook`` returning its updates; ``None`` when it has none.
+
+    ``suffix()`` ends the names of the step-level values it logs (an evaluation loader's ``/dataloader_idx_N``).
+    """
     module = run.module
     fn = getattr(type(module), hook, None)
     if fn is None or not callable(fn):
@@ -95,13 +100,16 @@ def _module_call(run: Run, hook: str, loop: str) -> Callable[..., list[Update]] 
         updates = as_updates(out, f"{type(module).__name__}.{hook}")
         logs = mdict.get("_interlock_logs")
         if logs:
-            updates.extend(take(logs, hook, loop, lambda: batch_size(step.batch), step.logged if train else None))
+            sink, tail = step.logged if train else None, suffix() if suffix is not None else ""
+            updates.extend(take(logs, hook, loop, lambda: batch_size(step.batch), sink, tail))
         return updates
 
     return call
 
 
-def hook_calls(run: Run, hook: str, loop: str) -> list[Callable[..., list[Update]]]:
+def hook_calls(
+    run: Run, hook: str, loop: str, suffix: Callable[[], str] | None = None
+) -> list[Callable[..., list[Update]]]:
     """Who runs ``hook``, in Lightning's order: the callbacks, then the module.
 
     ``on_train_epoch_end`` runs the monitoring callbacks (``EarlyStopping``, ``ModelCheckpoint``)
@@ -109,16 +117,24 @@ def hook_calls(run: Run, hook: str, loop: str) -> list[Callable[..., list[Update
     at the ``fit.train.batch.end`` event instead (:func:`~interlock.connectors.callbacks.batch_end_handler`).
     """
     epoch_end = hook == "on_train_epoch_end"
+    others = False if epoch_end else None  # at the epoch end, the monitoring callbacks run after the module
     parts = (
-        None if hook == "on_train_batch_end" else callbacks.caller(run, hook, loop, False if epoch_end else None),
-        _module_call(run, hook, loop),
+        None if hook == "on_train_batch_end" else callbacks.caller(run, hook, loop, others, suffix),
+        _module_call(run, hook, loop, suffix),
         callbacks.caller(run, hook, loop, True) if epoch_end else None,
     )
     return [p for p in parts if p is not None]
 
 
-def _bind_hook(run: Run, hook: str, args: Callable[[], tuple[Any, ...]], loop: str, each_optimizer: bool) -> Action:
-    parts = hook_calls(run, hook, loop)
+def _bind_hook(
+    run: Run,
+    hook: str,
+    args: Callable[[], tuple[Any, ...]],
+    loop: str,
+    each_optimizer: bool,
+    suffix: Callable[[], str] | None = None,
+) -> Action:
+    parts = hook_calls(run, hook, loop, suffix)
     if not parts:
         return NOOP
     if each_optimizer:  # per optimizer: the callbacks, then the module (Lightning)
@@ -187,14 +203,17 @@ def register(reg: Registry) -> None:
         def bind_eval(run: Run, params: Mapping[str, Any], what: str = what) -> Action:
             loop = _eval_loop(params, f"module.on_eval_{what}")
             hook = f"on_{loop}_{what}"
-            args = args_of(run, hook)
+            args, suffix = args_of(run, hook), None
             if what.startswith("batch_") and loader_count(run.feeds, str(params.get("data", loop))) > 1:
                 plain, counters = args, run.counters  # several loaders: Lightning adds dataloader_idx
 
                 def args() -> tuple[Any, ...]:
                     return (*plain(), counters.eval_loader)
 
-            return _bind_hook(run, hook, args, "eval", False)
+                def suffix() -> str:  # and ends the step-level names the hook logs with it
+                    return f"/dataloader_idx_{counters.eval_loader}"
+
+            return _bind_hook(run, hook, args, "eval", False, suffix)
 
         bind_eval.__doc__ = (
             f"Call the callbacks' and the module's on_<loop>_{what} (on_validation_{what}, ...; "
