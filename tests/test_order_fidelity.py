@@ -364,6 +364,7 @@ class BarLogs:
         self.log("step_only", loss, prog_bar=True)  # type: ignore[attr-defined]
         self.log("both", loss * 2, prog_bar=True, on_epoch=True)  # type: ignore[attr-defined]
         self.log("hidden", loss * 3, on_epoch=True)  # type: ignore[attr-defined]
+        self.log("unlogged", loss * 5, logger=False)  # type: ignore[attr-defined]
         self.log("epoch_only", loss * 4, prog_bar=True, on_step=False, on_epoch=True)  # type: ignore[attr-defined]
         return loss
 
@@ -393,6 +394,7 @@ def _bar_reader(base: type) -> Any:
                 callback.pop(name)
             callback.pop("train_loss", None)
             self.seen.append((f"callback, {when}", callback))
+            self.seen.append((f"logged, {when}", {k: round(float(v), 5) for k, v in trainer.logged_metrics.items()}))
 
         def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
             self._read(f"batch {batch_idx}", trainer)
@@ -408,8 +410,8 @@ def _bar_reader(base: type) -> Any:
 
 @pytest.mark.parametrize("val_loaders", [1, 2])
 def test_a_callback_reads_the_metrics_lightnings_would_at_every_moment(val_loaders: int, tmp_path: Path) -> None:
-    """`trainer.progress_bar_metrics` holds the prog_bar=True metrics under Lightning's names, and in epoch-end
-    hooks both it and `callback_metrics` already hold the epoch's values, as in Lightning."""
+    """`progress_bar_metrics` / `logged_metrics` hold the prog_bar=True / logger=True metrics under Lightning's
+    names, and in epoch-end hooks they and `callback_metrics` already hold the epoch's values, as in Lightning."""
     import interlock.lightning as il
 
     class Lit(BarLogs, pl.LightningModule):  # type: ignore[misc,name-defined]
@@ -433,6 +435,9 @@ def test_a_callback_reads_the_metrics_lightnings_would_at_every_moment(val_loade
     assert mine.seen == theirs.seen
     tail = "/dataloader_idx_1" if val_loaders == 2 else ""
     covered = {"step_only", "both_step", "both_epoch", "epoch_only", f"val_shown{tail}", f"val_step_epoch{tail}"}
-    assert covered | {f"from_hook{tail}", f"val_step_step{tail}"} <= set(theirs.seen[-2][1])  # every kind of name
-    final = {k: round(float(v), 5) for k, v in our_trainer.progress_bar_metrics.items()}
-    assert final == {k: round(float(v), 5) for k, v in lit_trainer.progress_bar_metrics.items()}
+    bar, logged = (next(d for w, d in reversed(theirs.seen) if w == f"{k}, epoch end") for k in ("bar", "logged"))
+    assert covered | {f"from_hook{tail}", f"val_step_step{tail}"} <= set(bar)  # every kind of name is covered
+    assert "hidden_epoch" in logged and "unlogged" not in logged and "unlogged" in mine.seen[-2][1]
+    for name in ("progress_bar_metrics", "logged_metrics"):  # and what the trainer holds after the fit
+        final = {k: round(float(v), 5) for k, v in getattr(our_trainer, name).items()}
+        assert final == {k: round(float(v), 5) for k, v in getattr(lit_trainer, name).items()}, name

@@ -25,7 +25,7 @@ from interlock.connectors.hardware_slot import HardwareSlot
 from interlock.core.logging import EpochLogged, epoch_values, take
 from interlock.core.run import Run
 from interlock.core.slots import CallbacksSlot, OptimSlot
-from interlock.core.state import progress_bar_metrics
+from interlock.core.state import logged_metrics, progress_bar_metrics
 from interlock.core.updates import SaveCheckpoint, Stop, Update, as_updates
 
 __all__ = [
@@ -239,7 +239,8 @@ class TrainerView:
         if loop == "eval" and loader_count(self._run.feeds, data) > 1:  # the loop's name for the loader's values
             tail = f"/dataloader_idx_{self._run.counters.eval_loader}"
             values = {k + tail: v for k, v in logged.values.items()}
-            return logged._replace(values=values, shown={k + tail: v for k, v in logged.shown.items()})
+            hidden = {k + tail for k in logged.hidden}
+            return logged._replace(values=values, hidden=hidden, shown={k + tail: v for k, v in logged.shown.items()})
         return logged
 
     @property
@@ -253,8 +254,12 @@ class TrainerView:
 
     @property
     def logged_metrics(self) -> dict[str, torch.Tensor]:
-        """The same as :attr:`callback_metrics` (interlock keeps one set of metrics)."""
-        return self.callback_metrics
+        """The metrics logged with ``logger=True`` as tensors (Lightning's names; in an epoch-end hook, the epoch's)."""
+        metrics = logged_metrics(self._run.facts)
+        ending = self._epoch_values()
+        if ending is not None:
+            metrics.update({k: v for k, v in ending.values.items() if k not in ending.hidden})
+        return {k: torch.tensor(v) for k, v in metrics.items()}
 
     @property
     def progress_bar_metrics(self) -> dict[str, float]:

@@ -150,6 +150,7 @@ def take(
         )
     step_metrics: dict[str, float] = {}
     shown: dict[str, bool] = {}
+    loggers: dict[str, bool] = {}
     items: list[tuple[str, Mapping[str, Any]]] = []
     inferred: int | None = None
     for e in entries:
@@ -165,11 +166,12 @@ def take(
             value = reduce32.cast(_float(e.name, e.value), f64)
         if on_step:
             key = (f"{e.name}_step" if on_epoch else e.name) + suffix
-            step_metrics[key], shown[key] = value, e.prog_bar
+            step_metrics[key], shown[key], loggers[key] = value, e.prog_bar, e.logger
             if sink is not None and e.logger:
                 sink[key] = value
-            if on_epoch:  # Lightning's callback_metrics: the bare name is the latest value (not a bar's)
-                step_metrics[e.name + suffix], shown[e.name + suffix] = value, False
+            if on_epoch:  # Lightning's callback_metrics: the bare name is the latest value (not a bar's or a logger's)
+                bare = e.name + suffix
+                step_metrics[bare], shown[bare], loggers[bare] = value, False, False
         if on_epoch and metric:  # the epoch value is the metric's compute() at the epoch end, then reset()
             row = {
                 "name": f"{e.name}_epoch" if on_step else e.name, "reduce": "metric", "value": 0.0, "weight": 0.0,
@@ -204,7 +206,7 @@ def take(
             items.append((f"{loop}/{e.name}", row))
     out: list[Update] = []
     if step_metrics:
-        out.append(LogMetrics(step_metrics, shown))
+        out.append(LogMetrics(step_metrics, shown, loggers))
     if items:
         out.append(AddLogged(tuple(items)))
     return out

@@ -14,12 +14,13 @@ from typing import Any, overload
 import attrs
 
 __all__ = [
-    "STATE_VERSION", "History", "Progress", "TrainerState", "freeze", "mode_of", "progress_bar_metrics", "thaw",
+    "STATE_VERSION", "History", "Progress", "TrainerState", "freeze", "logged_metrics", "mode_of",
+    "progress_bar_metrics", "thaw",
 ]  # fmt: skip
 
 #: 2 added the facts guards read (``agreed``, ``limits``, ``manual_optimization``, ``eval_exhausted``),
 #: ``metric_modes``, ``error``/``failed_in`` and ``loader_results``; a version-1 state loads with their defaults.
-#: 3 added ``prog_bar`` (which logged metrics the progress bar shows); a version-2 state loads with none.
+#: 3 added ``prog_bar`` and ``to_loggers`` (where each logged metric goes); a version-2 state loads with none.
 STATE_VERSION = 3
 STATUSES = ("idle", "running", "finished", "interrupted", "failed")
 
@@ -184,6 +185,9 @@ class TrainerState:
     #: for the metrics the module logged (``self.log``): whether the progress bar shows the name (Lightning's
     #: ``progress_bar_metrics``: ``prog_bar=True``, under ``<name>_step``/``<name>_epoch`` when logged on both)
     prog_bar: Mapping[str, bool] = attrs.field(factory=dict, converter=freeze)
+    #: for the metrics the module logged: whether the loggers get the name (``logger=True``; Lightning's
+    #: ``logged_metrics``, under ``<name>_step``/``<name>_epoch`` when logged on both)
+    to_loggers: Mapping[str, bool] = attrs.field(factory=dict, converter=freeze)
     best_metrics: Mapping[str, float] = attrs.field(factory=dict, converter=freeze)
     history: History = attrs.field(factory=History, converter=_history)
     eval_sums: Mapping[str, float] = attrs.field(factory=dict, converter=freeze)
@@ -331,7 +335,7 @@ def _check_plain(data: Mapping[str, Any]) -> None:
         if not isinstance(value, Mapping) or not _number(value.get("value")) or not _number(value.get("weight")):
             raise ValueError(f"state 'logged'[{name!r}] must be a mapping with number 'value' and 'weight'")
     mapping("data")
-    for field in ("agreed", "prog_bar"):
+    for field in ("agreed", "prog_bar", "to_loggers"):
         for name, value in mapping(field).items():
             if not isinstance(value, bool):
                 raise ValueError(f"state {field!r}[{name!r}] must be a bool, got {value!r:.80}")
@@ -366,6 +370,12 @@ def progress_bar_metrics(state: TrainerState) -> dict[str, float]:
     """Lightning's ``trainer.progress_bar_metrics``: the latest value of each metric logged with ``prog_bar=True``."""
     shown = state.prog_bar
     return {k: v for k, v in state.metrics.items() if shown.get(k)}
+
+
+def logged_metrics(state: TrainerState) -> dict[str, float]:
+    """Lightning's ``trainer.logged_metrics``: the latest value of each metric logged with ``logger=True``."""
+    loggers = state.to_loggers
+    return {k: v for k, v in state.metrics.items() if loggers.get(k)}
 
 
 def mode_of(metric: str, modes: Mapping[str, str]) -> str:

@@ -77,11 +77,13 @@ class LogMetrics(Update):
 
     ``prog_bar``: for names the module logged, whether the progress bar shows them (``self.log(prog_bar=...)``);
     a name not in it (a listener's metric, a returned scalar) is shown by interlock's bars and is not one of
-    Lightning's ``progress_bar_metrics``.
+    Lightning's ``progress_bar_metrics``. ``to_loggers``: the same for ``self.log(logger=...)`` and Lightning's
+    ``logged_metrics``.
     """
 
     metrics: Mapping[str, float] = attrs.field(converter=freeze)
     prog_bar: Mapping[str, bool] = attrs.field(factory=dict, converter=freeze)
+    to_loggers: Mapping[str, bool] = attrs.field(factory=dict, converter=freeze)
 
 
 @attrs.frozen
@@ -165,6 +167,7 @@ class BeginStage(Change):
             "stop_reason": "",
             "metrics": {},
             "prog_bar": {},
+            "to_loggers": {},
             "metric_modes": self.metric_modes,
             "agreed": {},
             "limits": {},
@@ -340,6 +343,7 @@ class Merged:
     stop: str | None = None
     metrics: Mapping[str, float] = attrs.field(factory=dict)
     prog_bar: Mapping[str, bool] = attrs.field(factory=dict)
+    to_loggers: Mapping[str, bool] = attrs.field(factory=dict)
     listeners: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
     restore: TrainerState | None = None
     effects: tuple[Update, ...] = ()
@@ -370,6 +374,7 @@ def merge(items: Iterable[tuple[str, Update]]) -> Merged:
     stop: str | None = None
     metrics: dict[str, tuple[float, str]] = {}
     prog_bar: dict[str, bool] = {}
+    to_loggers: dict[str, bool] = {}
     listeners: dict[str, tuple[Any, str]] = {}
     restore: list[tuple[TrainerState, str]] = []
     lrs: dict[Any, tuple[float, str]] = {}
@@ -384,6 +389,7 @@ def merge(items: Iterable[tuple[str, Update]]) -> Merged:
             for k, v in update.metrics.items():
                 _put(metrics, k, v, source, "metric")
             prog_bar.update(update.prog_bar)
+            to_loggers.update(update.to_loggers)
         elif isinstance(update, SetListenerState):
             _put(listeners, update.key, update.value, source, "listener state")
         elif isinstance(update, RestoreState):
@@ -399,6 +405,7 @@ def merge(items: Iterable[tuple[str, Update]]) -> Merged:
         stop=stop,
         metrics={k: v for k, (v, _) in metrics.items()},
         prog_bar=prog_bar,
+        to_loggers=to_loggers,
         listeners={k: v for k, (v, _) in listeners.items()},
         restore=restore[0][0] if restore else None,
         effects=tuple(effects),
@@ -428,6 +435,8 @@ def reduce(state: TrainerState, merged: Merged) -> TrainerState:
         changes["best_metrics"] = best_of(state.best_metrics, merged.metrics, state.metric_modes)
         if merged.prog_bar:
             changes["prog_bar"] = {**state.prog_bar, **merged.prog_bar}
+        if merged.to_loggers:
+            changes["to_loggers"] = {**state.to_loggers, **merged.to_loggers}
     if merged.listeners:
         changes["listeners"] = {**state.listeners, **merged.listeners}
     if changes:

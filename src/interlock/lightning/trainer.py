@@ -20,13 +20,12 @@ import torch
 from interlock.connectors.callbacks import is_callback
 from interlock.core.events import Listener
 from interlock.core.module import Module
-from interlock.core.state import TrainerState, progress_bar_metrics
+from interlock.core.state import TrainerState, logged_metrics, progress_bar_metrics
 from interlock.trainer.trainer import Trainer as NativeTrainer
 
 __all__ = ["Trainer"]
 
 #: Keys of a history row that describe it rather than measure something.
-_ROW_KEYS = frozenset({"stage", "epoch", "global_step"})
 
 #: TrainerConfig fields Lightning's Trainer has as attributes of the same name.
 _CONFIG_FIELDS = frozenset(
@@ -272,21 +271,8 @@ class Trainer(NativeTrainer):
 
     @property
     def logged_metrics(self) -> dict[str, torch.Tensor]:
-        """The latest value of each metric the loggers got in the last call (a fit's training and validation rows)."""
-        rows = self.state.history
-        if not len(rows):
-            return {}
-        last = rows[len(rows) - 1].get("stage")
-        group = {"train", "val"} if self.state.stage == "fit" else {last}  # validate's rows are "val" rows too
-        merged: dict[str, Any] = {}
-        for i in range(len(rows) - 1, -1, -1):
-            row = rows[i]
-            if row.get("stage") not in group:
-                break
-            for key, value in row.items():
-                if key not in _ROW_KEYS and key not in merged and isinstance(value, int | float):
-                    merged[key] = value
-        return _tensors(merged)
+        """The latest value of each metric logged with ``logger=True``, as tensors (Lightning's names)."""
+        return _tensors(logged_metrics(self.state))
 
     @property
     def progress_bar_metrics(self) -> dict[str, float]:

@@ -307,16 +307,18 @@ def register(reg: Registry) -> None:
             logged = logged_values(run, "eval")
             metrics.update(logged.values)
             hidden, shown = logged.hidden, logged.shown
+            loggers = {k: k not in hidden for k in logged.values}
             idx = run.counters.eval_loader
             if loader_count(run.feeds, key) > 1:
                 metrics = {f"{k}/dataloader_idx_{idx}": v for k, v in metrics.items()}
                 hidden = {f"{k}/dataloader_idx_{idx}" for k in hidden}
                 shown = {f"{k}/dataloader_idx_{idx}": v for k, v in shown.items()}
+                loggers = {f"{k}/dataloader_idx_{idx}": v for k, v in loggers.items()}
             c = run.counters
             kept = {k: v for k, v in metrics.items() if k not in hidden}
             row = {"stage": prefix, "epoch": c.epoch, "global_step": c.global_step, **kept}
             return [
-                LogMetrics(metrics, shown),
+                LogMetrics(metrics, shown, loggers),
                 AppendHistory(row),
                 AddEvalSums(None),
                 AddLogged(clear="eval"),
