@@ -706,8 +706,10 @@ def test_lightning_cli_optimizer_options_train_as_lightnings(scheduler: str, tmp
         args = _cli_args(tmp_path / package, "fit", *flags, *_optimizer_args(package, scheduler))
         with pytest.warns(UserWarning, match="configure_optimizers` will be overridden by `LightningCLI"):
             cli = cli_cls(model, data, seed_everything_default=5, args=args)
-        optimizer = _optimizer_of(cli.model)
-        assert type(optimizer).__name__ == "Adam"
+        optimizer = cli.trainer.optimizers[0]  # what the trainer trained with, as Lightning's trainer says
+        assert optimizer is _optimizer_of(cli.model) and type(optimizer).__name__ == "Adam"
+        intervals = [c.interval for c in cli.trainer.lr_scheduler_configs]
+        assert intervals == ([] if scheduler == "none" else ["epoch"])
         trained.append((harness.weights(cli.model), optimizer.param_groups[0]["lr"]))
     assert harness.differences(trained[0][0], trained[1][0]) == []
     assert trained[0][1] == trained[1][1] == {"none": 0.01, "step": 0.01 * 0.5**3, "plateau": trained[0][1]}[scheduler]

@@ -256,7 +256,15 @@ class Trainer(NativeTrainer):
 
     def _launch(self, module: Module, call: Any) -> Any:
         self._bind(module)
-        return super()._launch(module, call)
+
+        def keeping(session: Any) -> Any:  # what the stage configured, for trainer.optimizers after it
+            try:
+                return call(session)
+            finally:  # validate/test/predict configure none: the fit's stay, as in Lightning
+                if session.optimizers or session.schedulers:
+                    self.__dict__["_configured"] = (session.optimizers, session.schedulers)
+
+        return super()._launch(module, keeping)
 
     def _evaluate(self, stage: str, module: Module | None, dataloaders: Any, ckpt_path: Any, datamodule: Any) -> Any:
         if module is not None or self._last_module is not None:  # None: the native trainer runs the last module
@@ -391,6 +399,16 @@ class Trainer(NativeTrainer):
         from interlock.listeners import EarlyStopping
 
         return next((x for x in self.listeners if isinstance(x, EarlyStopping)), None)
+
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        """The optimizers of the last ``fit`` (``[]`` before one, or after a fit in other processes: ddp_spawn)."""
+        return list(self.__dict__.get("_configured", ([], []))[0])
+
+    @property
+    def lr_scheduler_configs(self) -> list[Any]:
+        """The LR schedulers of the last ``fit``, with ``scheduler``, ``interval``, ``frequency``, ``monitor``."""
+        return list(self.__dict__.get("_configured", ([], []))[1])
 
     @property
     def model(self) -> Module | None:

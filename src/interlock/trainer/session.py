@@ -66,6 +66,9 @@ class Session:
     loggers: tuple[Any, ...] = ()
     callbacks: tuple[Any, ...] = ()
     listeners: tuple[Any, ...] = ()
+    #: the optimizers and LR schedulers the stage's run configured (read after it, as Lightning's trainer offers them)
+    optimizers: list[Any] = attrs.field(factory=list)
+    schedulers: list[Any] = attrs.field(factory=list)
 
     def run(
         self,
@@ -110,6 +113,7 @@ class Session:
         try:
             self.runtime.run(stage, run)
         finally:  # the chart's teardown releases it; this covers a teardown that failed before it could
+            self.optimizers, self.schedulers = list(run.optimizers), list(run.schedulers)
             release_run_dir(run)
             bus = self.runtime.bus  # a replay-to follower whose target the stage never reached
             if any(s.startswith(f"{FOLLOW_SOURCE}.") for s in bus.observer_sources()):
