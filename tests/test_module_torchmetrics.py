@@ -98,3 +98,35 @@ def test_a_metric_logged_on_step_before_being_called_names_the_fix(tmp_path: Pat
 
     with pytest.raises(ValueError, match="on_step=False"):
         interlock_trainer(tmp_path, max_epochs=1).fit(Port(), loader())
+
+
+def test_a_callback_reads_the_epochs_metric_values_in_epoch_end_hooks_as_lightning(tmp_path: Path) -> None:
+    """In on_validation_epoch_end / on_train_epoch_end a callback's callback_metrics hold the epoch's compute()."""
+    import interlock.lightning as il
+
+    def reader(base: type) -> Any:
+        class Reader(base):  # type: ignore[misc,valid-type]
+            def __init__(self) -> None:
+                self.seen: list[tuple[str, dict[str, float]]] = []
+
+            def _read(self, when: str, trainer: Any) -> None:
+                wanted = ("train_acc_epoch", "val_acc")
+                self.seen.append((when, {k: float(v) for k, v in trainer.callback_metrics.items() if k in wanted}))
+
+            def on_validation_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+                self._read("validation end", trainer)
+
+            def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+                self._read("epoch end", trainer)
+
+        return Reader()
+
+    theirs, mine = reader(pl.Callback), reader(il.Callback)
+    lt = lightning_trainer(tmp_path / "pl", max_epochs=2, num_sanity_val_steps=0, callbacks=[theirs])
+    lt.fit(type("Lit", (Body, pl.LightningModule), {})(), loader(64, 8), loader(32, 8, seed=1))
+    it = interlock_trainer(tmp_path / "il", max_epochs=2, num_sanity_val_steps=0, listeners=[mine])
+    it.fit(type("Port", (Body, interlock.Module), {})(), loader(64, 8), loader(32, 8, seed=1))
+    assert [w for w, _ in mine.seen] == [w for w, _ in theirs.seen]
+    for (when, got), (_, want) in zip(mine.seen, theirs.seen, strict=True):
+        assert got == pytest.approx(want, abs=1e-7), when
+    assert set(theirs.seen[0][1]) == {"val_acc"} and set(theirs.seen[1][1]) == {"val_acc", "train_acc_epoch"}

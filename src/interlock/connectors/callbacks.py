@@ -230,12 +230,20 @@ class TrainerView:
         """In an epoch-end hook: the epoch values the module logged in the loop, not logged by the loop yet.
 
         Lightning's trainer computes them when a hook reads its metrics; interlock's loop logs them
-        after the hooks, so the view adds them (this process's values: no collective in a read).
+        after the hooks, so the view adds them: a logged torchmetrics metric's ``compute()`` (which
+        syncs processes, as Lightning's read does), this process's value of a ``sync_dist`` one.
         """
         if self._ending is None:
             return None
         loop, data = self._ending
-        logged = epoch_values(self._run.facts, loop)
+        facts, live = self._run.facts, self._run.module.__dict__.get("_interlock_metrics") or {}
+        rows = [r for k, r in facts.logged.items() if k.startswith(f"{loop}/") and r.get("metric")]
+        computed = {
+            str(r["metric"]): float(live[str(r["metric"])].compute())
+            for r in rows
+            if not r.get("step_only") and str(r["metric"]) in live
+        }
+        logged = epoch_values(facts, loop, computed)
         if loop == "eval" and loader_count(self._run.feeds, data) > 1:  # the loop's name for the loader's values
             tail = f"/dataloader_idx_{self._run.counters.eval_loader}"
             values = {k + tail: v for k, v in logged.values.items()}
