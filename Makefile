@@ -19,9 +19,8 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/interlock fit
 
-# The checks run two at a time (pytest beside the static checks and the docs build), logs kept apart.
 test: $(STAMP) sysdeps
-	$(MAKE) -j2 --output-sync=target lint imports typecheck pytest docs
+	$(MAKE) lint imports typecheck pytest docs
 
 # Graphviz and Chromium for the chart-rendering and browser tests (apt-get, when missing)
 sysdeps:

@@ -84,7 +84,7 @@ class Attempt:
     kind: str
     name: str
     script: str
-    expect: str = ""  # a phrase a clear error contains (checked case-insensitively)
+    expect: str = ""  # a phrase a clear error contains (checked case-insensitively; "a|b": either)
     timeout: float = 60.0
     prepare: Callable[[Path], object] | None = None
     survives: Callable[[Path], str | None] | None = None  # None when nothing was lost, else what
@@ -169,7 +169,8 @@ def _judge(att: Attempt, work: Path) -> Outcome:
         return Outcome(att.name, "unclear error", "accepted silently: the run finished without an error")
     if proc.returncode != 0:
         error = _last_error(output)
-        if error.split(":")[0].split(".")[-1] in _BARE or (att.expect and att.expect.lower() not in output.lower()):
+        named = not att.expect or any(p in output.lower() for p in att.expect.lower().split("|"))
+        if error.split(":")[0].split(".")[-1] in _BARE or not named:
             return Outcome(att.name, "unclear error", error[:300])
     return Outcome(att.name, "safe", f"exit {proc.returncode}: {_last_error(output)[:160]}")
 
@@ -677,7 +678,8 @@ def _storage_attempts() -> list[Attempt]:
         return go
 
     cases = [
-        ("disk full", full, "60m", True, "cannot write checkpoint", True),
+        # whichever writer meets the full disk first names it: the checkpoint's, or the trace's or a logger's
+        ("disk full", full, "60m", True, "cannot write checkpoint|no space left on device|file too large", True),
         ("run directory made read-only", readonly, "200m", True, "read-only", False),
         ("run directory deleted", deleted, "200m", False, "deleted", False),
     ]
