@@ -91,8 +91,7 @@ def register(reg: Registry) -> None:
             c = run.counters
             kept = {k: v for k, v in metrics.items() if k not in logged.hidden}
             row = {"stage": "train", "epoch": c.epoch, "global_step": c.global_step, **kept}
-            loggers = {k: k not in logged.hidden for k in logged.values}
-            updates: list[Update] = [LogMetrics(metrics, logged.shown, loggers), AppendHistory(row)]
+            updates: list[Update] = [LogMetrics(metrics, logged.shown, logged.to_loggers), AppendHistory(row)]
             if logged.values:
                 updates.append(AddLogged(clear="train"))
             return updates

@@ -223,6 +223,11 @@ class EpochLogged(NamedTuple):
     #: whether the progress bar shows each name (``prog_bar``; the bare name of a forked one: no)
     shown: dict[str, bool]
 
+    @property
+    def to_loggers(self) -> dict[str, bool]:
+        """Whether the loggers get each name (``state.to_loggers``)."""
+        return {k: k not in self.hidden for k in self.values}
+
 
 def epoch_values(state: TrainerState, loop: str, computed: Mapping[str, float] | None = None) -> EpochLogged:
     """``loop``'s epoch-level logged values, with the names to sync, keep from loggers and show on the bar.

@@ -306,8 +306,7 @@ def register(reg: Registry) -> None:
                 metrics = reduce(metrics)
             logged = logged_values(run, "eval")
             metrics.update(logged.values)
-            hidden, shown = logged.hidden, logged.shown
-            loggers = {k: k not in hidden for k in logged.values}
+            hidden, shown, loggers = logged.hidden, logged.shown, logged.to_loggers
             idx = run.counters.eval_loader
             if loader_count(run.feeds, key) > 1:
                 metrics = {f"{k}/dataloader_idx_{idx}": v for k, v in metrics.items()}
