@@ -180,6 +180,21 @@ def distributed(out: Path) -> dict[str, Any]:
         "local_val_xmean": module.val_sums[0] / module.val_sums[1],
     }
 
+    # self.log(rank_zero_only=True) from rank 0 alone is never synced (no collective waits for rank 1)
+    class ZeroOnly(Net):
+        def validation_step(self, batch: Any, batch_idx: int) -> dict[str, torch.Tensor]:
+            out = super().validation_step(batch, batch_idx)
+            if r == 0:
+                self.log("zero_xmean", out["xmean"], rank_zero_only=True, sync_dist=True)
+            self.log("synced_xmean", out["xmean"], sync_dist=True)
+            return out
+
+    torch.manual_seed(0)
+    zero = ZeroOnly()
+    trainer = make_trainer(out, max_epochs=1, strategy="ddp", devices=2)
+    trainer.fit(zero, DataLoader(dataset(), batch_size=RANK_BATCH), DataLoader(val, batch_size=4))
+    result["zero_only"] = {"metrics": dict(trainer.state.metrics), "local": zero.val_sums[0] / zero.val_sums[1]}
+
     # a Stop from rank 1 only
     torch.manual_seed(0)
     trainer = make_trainer(out, max_epochs=3, strategy="ddp", devices=2)

@@ -107,10 +107,10 @@ def test_torchrun_ddp_ends_with_the_weights_of_one_process_on_the_union_batch(
 
 
 def test_setup_line_is_printed_once_per_fit_by_rank_zero_only(ddp_run: Any) -> None:
-    """Each fit states the setup in one stderr line, from rank 0 only (5 fits in the run -> 5 lines)."""
+    """Each fit states the setup in one stderr line, from rank 0 only (6 fits in the run -> 6 lines)."""
     _, _, log = ddp_run
     lines = [line for line in log.splitlines() if line.startswith("interlock: accelerator=")]
-    assert len(lines) == 5
+    assert len(lines) == 6
     assert "strategy=ddp(world_size=2, processes=torchelastic)" in lines[0]
 
 
@@ -142,6 +142,18 @@ def test_validation_metric_is_the_mean_over_ranks(ddp_run: Any) -> None:
         assert r["shards"]["val_xmean"] == pytest.approx(expected, abs=1e-6)
         # epoch means are reduced in float32 as Lightning does: equal to the mean of the ranks to float32 precision
         assert r["shards"]["val_xmean"] == pytest.approx(sum(local) / 2, rel=1e-6)
+
+
+def test_a_rank_zero_only_value_logged_by_rank_zero_alone_is_its_own_and_syncs_nothing(ddp_run: Any) -> None:
+    """self.log(..., rank_zero_only=True, sync_dist=True) on rank 0 only: rank 0 keeps its local mean, rank 1 has
+    none, no collective hangs, and a sync_dist value beside it is still the mean over ranks."""
+    _, results, _ = ddp_run
+    zero, one = (r["zero_only"] for r in results)
+    assert zero["metrics"]["zero_xmean"] == pytest.approx(zero["local"], rel=1e-6)
+    assert "zero_xmean" not in one["metrics"]
+    assert zero["local"] != pytest.approx(one["local"])
+    for r in (zero, one):
+        assert r["metrics"]["synced_xmean"] == pytest.approx((zero["local"] + one["local"]) / 2, rel=1e-6)
 
 
 def test_stop_on_one_rank_stops_every_rank_at_the_same_step(ddp_run: Any) -> None:

@@ -163,7 +163,8 @@ def test_a_module_that_never_logs_keeps_no_logged_state(tmp_path: Path) -> None:
         (lambda m: m.log("x", "high"), "must be a number"),
         (lambda m: m.log("x", 1.0, reduce_fx="median"), "only 'mean', 'sum'"),
         (lambda m: m.log("x", 1.0, batch_size=0), "batch_size=0"),
-        (lambda m: m.log("x", 1.0, rank_zero_only=True), "unsupported options ['rank_zero_only']"),
+        (lambda m: m.log("x", 1.0, enable_graph=True), "keep the tensor yourself"),
+        (lambda m: m.log("x", 1.0, metric_attribute="net"), "names the module attribute holding"),
         (lambda m: m.log("x", {"a": 1.0}), "self.log_dict"),
     ],
 )

@@ -245,10 +245,7 @@ class TrainerView:
         }
         logged = epoch_values(facts, loop, computed)
         if loop == "eval" and loader_count(self._run.feeds, data) > 1:  # the loop's name for the loader's values
-            tail = f"/dataloader_idx_{self._run.counters.eval_loader}"
-            values = {k + tail: v for k, v in logged.values.items()}
-            hidden = {k + tail for k in logged.hidden}
-            return logged._replace(values=values, hidden=hidden, shown={k + tail: v for k, v in logged.shown.items()})
+            return logged.for_loader(self._run.counters.eval_loader)
         return logged
 
     @property

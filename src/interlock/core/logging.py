@@ -72,6 +72,36 @@ class LogEntry:
     logger: bool
     sync_dist: bool
     batch_size: int | None
+    #: add Lightning's ``/dataloader_idx_N`` with several evaluation loaders (``add_dataloader_idx``)
+    add_idx: bool = True
+
+
+def check_log_options(
+    module: Any, name: str, value: Any, enable_graph: bool, group: Any, add_idx: bool, attribute: str | None
+) -> None:
+    """Refuse the ``self.log`` options interlock cannot honour, naming what to do instead (as Lightning's checks)."""
+    if enable_graph:
+        raise ValueError(
+            f"self.log({name!r}, enable_graph=True): interlock reads a logged value as a number when the step "
+            "returns, so no graph is kept; keep the tensor yourself (e.g. self.last_value = value) to use its graph"
+        )
+    if group is not None:
+        raise ValueError(
+            f"self.log({name!r}, sync_dist_group=...): sync_dist averages over every process; for a subgroup, "
+            "reduce the value first (torch.distributed.all_reduce(value, group=group)) and log it without sync_dist"
+        )
+    if add_idx and "/dataloader_idx_" in name:
+        raise ValueError(
+            f"self.log({name!r}): the name must not contain '/dataloader_idx_' with add_dataloader_idx=True (the "
+            "default adds it); log the bare name, or pass add_dataloader_idx=False to keep yours (as in Lightning)"
+        )
+    if attribute is not None:
+        found = [n for n, m in module.named_modules() if is_metric(m)]
+        if not is_metric(value) or getattr(module, attribute, None) is not value:
+            raise ValueError(
+                f"self.log({name!r}, metric_attribute={attribute!r}) names the module attribute holding the logged "
+                f"torchmetrics Metric; the module's metrics are {found}"
+            )
 
 
 @attrs.frozen
@@ -164,13 +194,14 @@ def take(
             value = _step_value(e.name, e.value) if on_step else 0.0
         else:
             value = reduce32.cast(_float(e.name, e.value), f64)
+        tail = suffix if e.add_idx else ""
         if on_step:
-            key = (f"{e.name}_step" if on_epoch else e.name) + suffix
+            key = (f"{e.name}_step" if on_epoch else e.name) + tail
             step_metrics[key], shown[key], loggers[key] = value, e.prog_bar, e.logger
             if sink is not None and e.logger:
                 sink[key] = value
             if on_epoch:  # Lightning's callback_metrics: the bare name is the latest value (not a bar's or a logger's)
-                bare = e.name + suffix
+                bare = e.name + tail
                 step_metrics[bare], shown[bare], loggers[bare] = value, False, False
         if on_epoch and metric:  # the epoch value is the metric's compute() at the epoch end, then reset()
             row = {
@@ -178,13 +209,11 @@ def take(
                 "sync_dist": False, "prog_bar": e.prog_bar, "logger": e.logger, "forked": e.name if on_step else None,
                 "metric": e.name,
             }  # fmt: skip
-            items.append((f"{loop}/{e.name}", row))
         elif metric:  # logged on step only: still reset at the epoch end (Lightning's)
             row = {
                 "name": e.name, "reduce": "metric", "value": 0.0, "weight": 0.0, "sync_dist": False,
                 "prog_bar": e.prog_bar, "logger": e.logger, "forked": None, "metric": e.name, "step_only": True,
             }  # fmt: skip
-            items.append((f"{loop}/{e.name}", row))
         elif on_epoch:
             n = e.batch_size
             if n is None and e.reduce == "mean":
@@ -203,7 +232,9 @@ def take(
                 "logger": e.logger,
                 "forked": e.name if on_step else None,
             }
-            items.append((f"{loop}/{e.name}", row))
+        else:
+            continue
+        items.append((f"{loop}/{e.name}", row if e.add_idx else {**row, "add_idx": False}))
     out: list[Update] = []
     if step_metrics:
         out.append(LogMetrics(step_metrics, shown, loggers))
@@ -222,6 +253,19 @@ class EpochLogged(NamedTuple):
     hidden: set[str]
     #: whether the progress bar shows each name (``prog_bar``; the bare name of a forked one: no)
     shown: dict[str, bool]
+    #: the names that get no ``/dataloader_idx_N`` with several loaders (``add_dataloader_idx=False``)
+    plain: frozenset[str] = frozenset()
+
+    def loader_name(self, name: str, idx: int) -> str:
+        """``name`` as logged for evaluation loader ``idx`` of several: Lightning's ``/dataloader_idx_N`` added."""
+        return name if name in self.plain else f"{name}/dataloader_idx_{idx}"
+
+    def for_loader(self, idx: int) -> EpochLogged:
+        """These values named for evaluation loader ``idx`` of several (:meth:`loader_name`)."""
+        values = {self.loader_name(k, idx): v for k, v in self.values.items()}
+        hidden = {self.loader_name(k, idx) for k in self.hidden}
+        shown = {self.loader_name(k, idx): v for k, v in self.shown.items()}
+        return self._replace(values=values, hidden=hidden, shown=shown)
 
     @property
     def to_loggers(self) -> dict[str, bool]:
@@ -238,6 +282,7 @@ def epoch_values(state: TrainerState, loop: str, computed: Mapping[str, float] |
     sync: set[str] = set()
     hidden: set[str] = set()
     shown: dict[str, bool] = {}
+    plain: set[str] = set()
     prefix = f"{loop}/"
     for key, row in state.logged.items():
         if not key.startswith(prefix):
@@ -251,6 +296,8 @@ def epoch_values(state: TrainerState, loop: str, computed: Mapping[str, float] |
         elif row["reduce"] == "mean":
             value = reduce32.div(value, float(row["weight"]), bool(row.get("f64")))
         values[name], shown[name] = value, bool(row["prog_bar"])
+        if row.get("add_idx") is False:
+            plain.update((name, str(row.get("forked") or name)))
         if row["sync_dist"]:
             sync.add(name)
         if not row["logger"]:
@@ -261,7 +308,7 @@ def epoch_values(state: TrainerState, loop: str, computed: Mapping[str, float] |
             hidden.add(str(forked))
             if row["sync_dist"]:
                 sync.add(str(forked))
-    return EpochLogged(values, sync, hidden, shown)
+    return EpochLogged(values, sync, hidden, shown, frozenset(plain))
 
 
 def scalars(outputs: Any, prefix: str) -> dict[str, float]:

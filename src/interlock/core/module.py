@@ -12,7 +12,7 @@ from typing import Any, ClassVar, TypeVar
 
 import torch
 
-from interlock.core.logging import LogEntry, check_reduce, is_metric, is_metric_collection
+from interlock.core.logging import LogEntry, check_log_options, check_reduce, is_metric, is_metric_collection
 from interlock.core.state import mode_of
 
 __all__ = [
@@ -350,31 +350,33 @@ class Module(torch.nn.Module):
         name: str,
         value: Any,
         prog_bar: bool = False,
-        logger: bool = True,
+        logger: bool | None = None,
         on_step: bool | None = None,
         on_epoch: bool | None = None,
         reduce_fx: str | Callable[..., Any] = "mean",
+        enable_graph: bool = False,
         sync_dist: bool = False,
+        sync_dist_group: Any = None,
+        add_dataloader_idx: bool = True,
         batch_size: int | None = None,
-        **unsupported: Any,
+        metric_attribute: str | None = None,
+        rank_zero_only: bool = False,
     ) -> None:
-        """Record a metric, as Lightning's ``LightningModule.log`` (same options and defaults).
+        """Record a metric, as Lightning's ``LightningModule.log`` (same options, order and defaults).
 
         ``on_step``/``on_epoch`` default by where it is called (``training_step``: step only;
         evaluation steps and epoch hooks: epoch only); with both, the metric is named
         ``<name>_step`` and ``<name>_epoch``. The epoch value is ``reduce_fx`` over the epoch
         (``"mean"``: weighted by ``batch_size``, inferred from the batch when not given).
-        The value is buffered here and leaves with the step's outputs as updates.
+        ``logger=None`` means ``True``; ``add_dataloader_idx=False`` keeps the name as given with
+        several evaluation loaders; ``rank_zero_only=True`` never syncs the value (log it from rank 0
+        alone). The value is buffered here and leaves with the step's outputs as updates.
         """
-        if unsupported:
-            raise TypeError(
-                f"self.log({name!r}) got unsupported options {sorted(unsupported)}; interlock supports prog_bar, "
-                "logger, on_step, on_epoch, reduce_fx, sync_dist and batch_size"
-            )
         if not isinstance(name, str) or not name:
             raise ValueError(f"self.log name must be a non-empty str, got {name!r}")
         if isinstance(value, Mapping) or is_metric_collection(value):
             raise TypeError(f"self.log({name!r}) got a dict; use self.log_dict({{...}}) for several metrics")
+        check_log_options(self, name, value, enable_graph, sync_dist_group, add_dataloader_idx, metric_attribute)
         if is_metric(value):  # a torchmetrics Metric: its batch value on step, compute() at the epoch end
             metrics = self.__dict__.setdefault("_interlock_metrics", {})
             metrics[name] = value
@@ -389,8 +391,9 @@ class Module(torch.nn.Module):
         if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
             raise ValueError(f"self.log({name!r}, batch_size={batch_size!r}): give an int >= 1 or leave it None")
         entry = LogEntry(
-            name, value, on_step, on_epoch, check_reduce(name, reduce_fx), bool(prog_bar), bool(logger),
-            bool(sync_dist), batch_size,
+            name, value, on_step, on_epoch, check_reduce(name, reduce_fx), bool(prog_bar),
+            logger is None or bool(logger), bool(sync_dist) and not rank_zero_only, batch_size,
+            bool(add_dataloader_idx),
         )  # fmt: skip
         logs = self.__dict__.get("_interlock_logs")
         if logs is None:
@@ -402,18 +405,25 @@ class Module(torch.nn.Module):
         self,
         dictionary: Mapping[str, Any],
         prog_bar: bool = False,
-        logger: bool = True,
+        logger: bool | None = None,
         on_step: bool | None = None,
         on_epoch: bool | None = None,
         reduce_fx: str | Callable[..., Any] = "mean",
+        enable_graph: bool = False,
         sync_dist: bool = False,
+        sync_dist_group: Any = None,
+        add_dataloader_idx: bool = True,
         batch_size: int | None = None,
+        rank_zero_only: bool = False,
     ) -> None:
-        """``self.log`` for each item of ``dictionary``, with the same options."""
+        """``self.log`` for each item of ``dictionary``, with the same options (Lightning's order)."""
         if not isinstance(dictionary, Mapping) and not is_metric_collection(dictionary):
             raise TypeError(f"self.log_dict needs a dict of name -> value, got {type(dictionary).__name__}")
         for name, value in dictionary.items():
-            self.log(name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, batch_size)
+            self.log(
+                name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, enable_graph, sync_dist, sync_dist_group,
+                add_dataloader_idx, batch_size, rank_zero_only=rank_zero_only,
+            )  # fmt: skip
 
     # -- what the running stage shows the module --------------------------------------------
     def attach(self, view: ModuleView | None) -> None:

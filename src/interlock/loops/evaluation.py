@@ -309,10 +309,10 @@ def register(reg: Registry) -> None:
             hidden, shown, loggers = logged.hidden, logged.shown, logged.to_loggers
             idx = run.counters.eval_loader
             if loader_count(run.feeds, key) > 1:
-                metrics = {f"{k}/dataloader_idx_{idx}": v for k, v in metrics.items()}
-                hidden = {f"{k}/dataloader_idx_{idx}" for k in hidden}
-                shown = {f"{k}/dataloader_idx_{idx}": v for k, v in shown.items()}
-                loggers = {f"{k}/dataloader_idx_{idx}": v for k, v in loggers.items()}
+                _no_repeat(logged.plain, run.facts.loader_results[:idx], idx)
+                metrics = {logged.loader_name(k, idx): v for k, v in metrics.items()}
+                named = logged.for_loader(idx)
+                hidden, shown, loggers = named.hidden, named.shown, named.to_loggers
             c = run.counters
             kept = {k: v for k, v in metrics.items() if k not in hidden}
             row = {"stage": prefix, "epoch": c.epoch, "global_step": c.global_step, **kept}
@@ -325,3 +325,15 @@ def register(reg: Registry) -> None:
             ]
 
         return act
+
+
+def _no_repeat(plain: frozenset[str], earlier: Any, idx: int) -> None:
+    """Refuse a name logged with ``add_dataloader_idx=False`` by an earlier loader of this loop (as Lightning does)."""
+    for before, results in enumerate(earlier):
+        twice = sorted(plain & set(results))
+        if twice:
+            raise ValueError(
+                f"self.log({twice[0]!r}, add_dataloader_idx=False) was logged by dataloader {before} and again by "
+                f"dataloader {idx}: one name would hold both loaders' values. Name it per loader "
+                f"(e.g. f'{twice[0]}_{{dataloader_idx}}') or leave add_dataloader_idx=True"
+            )

@@ -1,0 +1,167 @@
+"""``self.log``'s every Lightning option: honoured as Lightning honours it, or refused naming what to do."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from conftest import loader
+
+pl = pytest.importorskip("pytorch_lightning")
+for _name in ("pytorch_lightning", "lightning.pytorch", "lightning_fabric"):
+    logging.getLogger(_name).setLevel(logging.ERROR)
+
+FLAGS = {
+    "max_epochs": 2, "num_sanity_val_steps": 0, "enable_checkpointing": False, "logger": False,
+    "enable_progress_bar": False, "enable_model_summary": False,
+}  # fmt: skip
+
+
+class Options:
+    """Mixed into a Lightning module and its interlock port: the options, by keyword and in Lightning's order."""
+
+    def _build(self) -> None:
+        torch.manual_seed(0)
+        self.net = torch.nn.Linear(4, 2)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        loss = torch.nn.functional.cross_entropy(self.net(batch[0]), batch[1])
+        self.log("none_logger", loss, logger=None, prog_bar=True)  # type: ignore[attr-defined]
+        self.log("zero_only", loss * 2, rank_zero_only=True, sync_dist=True, on_epoch=True)  # type: ignore[attr-defined]
+        # positionally: prog_bar, logger, on_step, on_epoch, reduce_fx, enable_graph, sync_dist, group, add_idx, size
+        self.log("positional", loss * 3, True, True, False, True, "max", False, False, None, True, 8)  # type: ignore[attr-defined]
+        return loss
+
+    def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        loss = torch.nn.functional.cross_entropy(self.net(batch[0]), batch[1])
+        self.log(f"own_{dataloader_idx}", loss, add_dataloader_idx=False, prog_bar=True, on_step=True)  # type: ignore[attr-defined]
+        self.log("suffixed", loss * 2, prog_bar=True)  # type: ignore[attr-defined]
+        self.log_dict({"dict_own": loss * 3}, False, None, None, None, "mean", False, False, None, dataloader_idx > 0)  # type: ignore[attr-defined]
+
+    def on_validation_epoch_end(self) -> None:
+        self.log("hook_own", 1.0, add_dataloader_idx=False)  # type: ignore[attr-defined]
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.net.parameters(), lr=0.1)
+
+
+def _reader(base: type) -> Any:
+    class Reader(base):  # type: ignore[misc,valid-type]
+        def __init__(self) -> None:
+            self.seen: list[tuple[str, dict[str, float]]] = []
+
+        def _read(self, when: str, trainer: Any) -> None:
+            for kind in ("progress_bar_metrics", "callback_metrics", "logged_metrics"):
+                values = {k: round(float(v), 5) for k, v in getattr(trainer, kind).items()}
+                if kind == "callback_metrics":  # documented: evaluation step values and returned scalars are metrics
+                    values = {k: v for k, v in values.items() if not k.startswith("own_") or "epoch" in k}
+                    values = {k: v for k, v in values.items() if k != "train_loss"}
+                self.seen.append((f"{kind}, {when}", values))
+
+        def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+            self._read(f"batch {batch_idx}", trainer)
+
+        def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+            self._read("validation end", trainer)
+
+        def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+            self._read("epoch end", trainer)
+
+    return Reader()
+
+
+def test_every_log_option_names_and_reduces_as_lightning(tmp_path: Path) -> None:
+    """logger=None logs, rank_zero_only never syncs, add_dataloader_idx=False keeps the name, positional
+    arguments mean what Lightning's mean: a callback reads the same metrics at every moment as under Lightning."""
+    import interlock.lightning as il
+
+    class Lit(Options, pl.LightningModule):  # type: ignore[misc,name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            self._build()
+
+    class Ours(Options, il.LightningModule):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self._build()
+
+    theirs, mine = _reader(pl.Callback), _reader(il.Callback)
+    vals = [loader(16, 8, seed=i) for i in range(2)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lit = pl.Trainer(default_root_dir=tmp_path / "pl", callbacks=[theirs], **FLAGS)
+        lit.fit(Lit(), loader(24, 8), vals)
+    ours = il.Trainer(default_root_dir=tmp_path / "il", callbacks=[mine], **FLAGS)
+    ours.fit(Ours(), loader(24, 8), [loader(16, 8, seed=i) for i in range(2)])
+    assert mine.seen == theirs.seen
+    final = dict(theirs.seen[-3:][2][1])  # what the loggers got last, under Lightning
+    expected = {"own_0_epoch", "own_1_epoch", "dict_own", "dict_own/dataloader_idx_1", "hook_own", "none_logger"}
+    assert expected | {"suffixed/dataloader_idx_0", "zero_only_epoch", "positional"} <= set(final)
+    for kind in ("progress_bar_metrics", "logged_metrics"):  # and what the trainer holds after the fit
+        assert {k: round(float(v), 5) for k, v in getattr(ours, kind).items()} == {
+            k: round(float(v), 5) for k, v in getattr(lit, kind).items()
+        }, kind
+
+
+class _Logs:
+    option: dict[str, Any] = {}
+    name = "x"
+
+    def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self.log(self.name, float(batch_idx), **self.option)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("option", "name", "said"),
+    [
+        ({"enable_graph": True}, "x", "keep the tensor yourself"),
+        ({"sync_dist_group": object()}, "x", "torch.distributed.all_reduce(value, group=group)"),
+        ({}, "x/dataloader_idx_0", "add_dataloader_idx=False"),
+        ({"metric_attribute": "nope"}, "x", "the module's metrics are []"),
+        ({"add_dataloader_idx": False}, "x", "was logged by dataloader 0 and again by dataloader 1"),
+    ],
+)
+def test_an_option_interlock_cannot_honour_is_refused_naming_the_fix(
+    option: dict[str, Any], name: str, said: str, tmp_path: Path
+) -> None:
+    """enable_graph, a sync group, a hand-made loader suffix, a wrong metric_attribute and one name for two loaders
+    with add_dataloader_idx=False fail the run with an error that says what to do (Lightning raises for the last
+    three too); validation fails before anything is saved."""
+    import interlock.lightning as il
+    from conftest import TinyModule
+
+    class Logs(_Logs, TinyModule):
+        pass
+
+    Logs.option, Logs.name = option, name
+    trainer = il.Trainer(default_root_dir=tmp_path, **{**FLAGS, "enable_checkpointing": True})
+    with pytest.raises(ValueError) as raised:
+        trainer.fit(Logs(), loader(16, 8), [loader(16, 8, seed=i) for i in range(2)])
+    assert said in str(raised.value)
+    assert not list(tmp_path.rglob("*.ckpt"))
+
+
+def test_the_same_name_from_two_loaders_without_the_index_is_an_error_in_lightning_too(tmp_path: Path) -> None:
+    """Lightning refuses one add_dataloader_idx=False name logged by two loaders (the case interlock refuses)."""
+
+    class Lit(_Logs, pl.LightningModule):  # type: ignore[misc,name-defined]
+        option = {"add_dataloader_idx": False}
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Linear(4, 2)
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            return torch.nn.functional.cross_entropy(self.net(batch[0]), batch[1])
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.net.parameters(), lr=0.1)
+
+    with warnings.catch_warnings(), pytest.raises(Exception, match="twice"):
+        warnings.simplefilter("ignore")
+        pl.Trainer(default_root_dir=tmp_path, **FLAGS).fit(Lit(), loader(16, 8), [loader(16, 8), loader(16, 8)])
