@@ -58,9 +58,8 @@ def _reader(base: type) -> Any:
         def _read(self, when: str, trainer: Any) -> None:
             for kind in ("progress_bar_metrics", "callback_metrics", "logged_metrics"):
                 values = {k: round(float(v), 5) for k, v in getattr(trainer, kind).items()}
-                if kind == "callback_metrics":  # documented: evaluation step values and returned scalars are metrics
-                    values = {k: v for k, v in values.items() if not k.startswith("own_") or "epoch" in k}
-                    values = {k: v for k, v in values.items() if k != "train_loss"}
+                if kind == "callback_metrics":  # a documented difference: returned scalars are metrics
+                    values.pop("train_loss", None)
                 self.seen.append((f"{kind}, {when}", values))
 
         def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:

@@ -59,6 +59,9 @@ states = st.builds(
     error=st.text(max_size=10),
     failed_in=st.text(max_size=10),
     loader_results=st.lists(st.dictionaries(names, floats, max_size=3), max_size=3),
+    prog_bar=st.dictionaries(names, st.booleans(), max_size=3),
+    to_loggers=st.dictionaries(names, st.booleans(), max_size=3),
+    to_callbacks=st.dictionaries(names, st.booleans(), max_size=3),
 )
 
 
@@ -284,3 +287,24 @@ def test_history_rows_read_back_as_appended_and_branches_keep_their_own(
     branch, longer = shorter.append(other), shorter.append(rows[-1] if rows else {})
     assert thaw(branch[len(branch) - 1]) == other and len(branch) == len(longer) == len(shorter) + 1
     assert [thaw(r) for r in longer[: len(shorter)]] == rows[: len(shorter)]
+
+
+def test_an_evaluation_step_value_is_no_callback_metric_until_logged_again() -> None:
+    """to_callbacks hides an evaluation's step value from callback_metrics (Lightning's); a later LogMetrics of the
+    name without the flag makes it one again, a new stage forgets the flags, and a version-3 state loads without."""
+    from interlock.core.state import callback_metrics
+
+    def apply(state: TrainerState, *updates: Any) -> TrainerState:
+        return reduce(state, merge([("t", u) for u in updates]))
+
+    state = apply(TrainerState(), LogMetrics({"train_x": 1.0, "val_x": 2.0}))
+    state = apply(
+        state, LogMetrics({"val_x": 3.0, "val_x_step": 3.0}, to_callbacks={"val_x": False, "val_x_step": False})
+    )
+    assert state.metrics["val_x"] == 3.0 and callback_metrics(state) == {"train_x": 1.0}
+    state = apply(state, LogMetrics({"val_x": 2.5}))  # the epoch value, logged at the loop's end
+    assert callback_metrics(state) == {"train_x": 1.0, "val_x": 2.5} and state.to_callbacks == {"val_x_step": False}
+    assert TrainerState.from_dict(state.to_dict()) == state
+    assert apply(state, BeginStage("validate")).to_callbacks == {}
+    old = {k: v for k, v in state.to_dict().items() if k != "to_callbacks"}
+    assert TrainerState.from_dict({**old, "version": 3}).to_callbacks == {}

@@ -25,7 +25,7 @@ from interlock.connectors.hardware_slot import HardwareSlot
 from interlock.core.logging import EpochLogged, epoch_values, take
 from interlock.core.run import Run
 from interlock.core.slots import CallbacksSlot, OptimSlot
-from interlock.core.state import logged_metrics, progress_bar_metrics
+from interlock.core.state import callback_metrics, logged_metrics, progress_bar_metrics
 from interlock.core.updates import SaveCheckpoint, Stop, Update, as_updates
 
 __all__ = [
@@ -251,7 +251,7 @@ class TrainerView:
     @property
     def callback_metrics(self) -> dict[str, torch.Tensor]:
         """The latest metrics as tensors (Lightning's type), copies; in an epoch-end hook, with the epoch's."""
-        metrics = dict(self._run.facts.metrics)
+        metrics = callback_metrics(self._run.facts)
         ending = self._epoch_values()
         if ending is not None:
             metrics.update(ending.values)

@@ -236,8 +236,9 @@ def take(
             continue
         items.append((f"{loop}/{e.name}", row if e.add_idx else {**row, "add_idx": False}))
     out: list[Update] = []
-    if step_metrics:
-        out.append(LogMetrics(step_metrics, shown, loggers))
+    if step_metrics:  # an evaluation's step values go to the bar and the loggers, not to callbacks (Lightning's)
+        callbacks = dict.fromkeys(step_metrics, False) if loop == "eval" else {}
+        out.append(LogMetrics(step_metrics, shown, loggers, callbacks))
     if items:
         out.append(AddLogged(tuple(items)))
     return out

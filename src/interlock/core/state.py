@@ -14,14 +14,15 @@ from typing import Any, overload
 import attrs
 
 __all__ = [
-    "STATE_VERSION", "History", "Progress", "TrainerState", "freeze", "logged_metrics", "mode_of",
+    "STATE_VERSION", "History", "Progress", "TrainerState", "callback_metrics", "freeze", "logged_metrics", "mode_of",
     "progress_bar_metrics", "thaw",
 ]  # fmt: skip
 
 #: 2 added the facts guards read (``agreed``, ``limits``, ``manual_optimization``, ``eval_exhausted``),
 #: ``metric_modes``, ``error``/``failed_in`` and ``loader_results``; a version-1 state loads with their defaults.
 #: 3 added ``prog_bar`` and ``to_loggers`` (where each logged metric goes); a version-2 state loads with none.
-STATE_VERSION = 3
+#: 4 added ``to_callbacks`` (the logged names that are not Lightning's callback metrics); older ones load with none.
+STATE_VERSION = 4
 STATUSES = ("idle", "running", "finished", "interrupted", "failed")
 
 
@@ -188,6 +189,9 @@ class TrainerState:
     #: for the metrics the module logged: whether the loggers get the name (``logger=True``; Lightning's
     #: ``logged_metrics``, under ``<name>_step``/``<name>_epoch`` when logged on both)
     to_loggers: Mapping[str, bool] = attrs.field(factory=dict, converter=freeze)
+    #: ``False`` for the metrics that are not Lightning's ``callback_metrics``: what an evaluation loop logged on
+    #: step (on the bar and to the loggers only); a name not in it is one
+    to_callbacks: Mapping[str, bool] = attrs.field(factory=dict, converter=freeze)
     best_metrics: Mapping[str, float] = attrs.field(factory=dict, converter=freeze)
     history: History = attrs.field(factory=History, converter=_history)
     eval_sums: Mapping[str, float] = attrs.field(factory=dict, converter=freeze)
@@ -335,7 +339,7 @@ def _check_plain(data: Mapping[str, Any]) -> None:
         if not isinstance(value, Mapping) or not _number(value.get("value")) or not _number(value.get("weight")):
             raise ValueError(f"state 'logged'[{name!r}] must be a mapping with number 'value' and 'weight'")
     mapping("data")
-    for field in ("agreed", "prog_bar", "to_loggers"):
+    for field in ("agreed", "prog_bar", "to_loggers", "to_callbacks"):
         for name, value in mapping(field).items():
             if not isinstance(value, bool):
                 raise ValueError(f"state {field!r}[{name!r}] must be a bool, got {value!r:.80}")
@@ -370,6 +374,14 @@ def progress_bar_metrics(state: TrainerState) -> dict[str, float]:
     """Lightning's ``trainer.progress_bar_metrics``: the latest value of each metric logged with ``prog_bar=True``."""
     shown = state.prog_bar
     return {k: v for k, v in state.metrics.items() if shown.get(k)}
+
+
+def callback_metrics(state: TrainerState) -> dict[str, float]:
+    """Lightning's ``trainer.callback_metrics``: the latest metrics, less what an evaluation loop logged on step."""
+    hidden = state.to_callbacks
+    if not hidden:
+        return dict(state.metrics)
+    return {k: v for k, v in state.metrics.items() if hidden.get(k, True)}
 
 
 def logged_metrics(state: TrainerState) -> dict[str, float]:

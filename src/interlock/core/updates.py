@@ -78,12 +78,14 @@ class LogMetrics(Update):
     ``prog_bar``: for names the module logged, whether the progress bar shows them (``self.log(prog_bar=...)``);
     a name not in it (a listener's metric, a returned scalar) is shown by interlock's bars and is not one of
     Lightning's ``progress_bar_metrics``. ``to_loggers``: the same for ``self.log(logger=...)`` and Lightning's
-    ``logged_metrics``.
+    ``logged_metrics``. ``to_callbacks``: ``False`` for a name that is not one of Lightning's ``callback_metrics``
+    (a value an evaluation loop logged on step); a name logged again without it is one again.
     """
 
     metrics: Mapping[str, float] = attrs.field(converter=freeze)
     prog_bar: Mapping[str, bool] = attrs.field(factory=dict, converter=freeze)
     to_loggers: Mapping[str, bool] = attrs.field(factory=dict, converter=freeze)
+    to_callbacks: Mapping[str, bool] = attrs.field(factory=dict, converter=freeze)
 
 
 @attrs.frozen
@@ -168,6 +170,7 @@ class BeginStage(Change):
             "metrics": {},
             "prog_bar": {},
             "to_loggers": {},
+            "to_callbacks": {},
             "metric_modes": self.metric_modes,
             "agreed": {},
             "limits": {},
@@ -344,6 +347,7 @@ class Merged:
     metrics: Mapping[str, float] = attrs.field(factory=dict)
     prog_bar: Mapping[str, bool] = attrs.field(factory=dict)
     to_loggers: Mapping[str, bool] = attrs.field(factory=dict)
+    to_callbacks: Mapping[str, bool] = attrs.field(factory=dict)
     listeners: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
     restore: TrainerState | None = None
     effects: tuple[Update, ...] = ()
@@ -375,6 +379,7 @@ def merge(items: Iterable[tuple[str, Update]]) -> Merged:
     metrics: dict[str, tuple[float, str]] = {}
     prog_bar: dict[str, bool] = {}
     to_loggers: dict[str, bool] = {}
+    to_callbacks: dict[str, bool] = {}
     listeners: dict[str, tuple[Any, str]] = {}
     restore: list[tuple[TrainerState, str]] = []
     lrs: dict[Any, tuple[float, str]] = {}
@@ -390,6 +395,7 @@ def merge(items: Iterable[tuple[str, Update]]) -> Merged:
                 _put(metrics, k, v, source, "metric")
             prog_bar.update(update.prog_bar)
             to_loggers.update(update.to_loggers)
+            to_callbacks.update(update.to_callbacks)
         elif isinstance(update, SetListenerState):
             _put(listeners, update.key, update.value, source, "listener state")
         elif isinstance(update, RestoreState):
@@ -406,6 +412,7 @@ def merge(items: Iterable[tuple[str, Update]]) -> Merged:
         metrics={k: v for k, (v, _) in metrics.items()},
         prog_bar=prog_bar,
         to_loggers=to_loggers,
+        to_callbacks=to_callbacks,
         listeners={k: v for k, (v, _) in listeners.items()},
         restore=restore[0][0] if restore else None,
         effects=tuple(effects),
@@ -437,6 +444,9 @@ def reduce(state: TrainerState, merged: Merged) -> TrainerState:
             changes["prog_bar"] = {**state.prog_bar, **merged.prog_bar}
         if merged.to_loggers:
             changes["to_loggers"] = {**state.to_loggers, **merged.to_loggers}
+        if merged.to_callbacks or state.to_callbacks:  # a name logged again is a callback metric unless it says not
+            kept = {k: v for k, v in state.to_callbacks.items() if k not in merged.metrics}
+            changes["to_callbacks"] = {**kept, **merged.to_callbacks}
     if merged.listeners:
         changes["listeners"] = {**state.listeners, **merged.listeners}
     if changes:

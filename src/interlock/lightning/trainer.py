@@ -20,7 +20,7 @@ import torch
 from interlock.connectors.callbacks import is_callback
 from interlock.core.events import Listener
 from interlock.core.module import Module
-from interlock.core.state import TrainerState, logged_metrics, progress_bar_metrics
+from interlock.core.state import TrainerState, callback_metrics, logged_metrics, progress_bar_metrics
 from interlock.trainer.trainer import Trainer as NativeTrainer
 
 __all__ = ["Trainer"]
@@ -274,8 +274,8 @@ class Trainer(NativeTrainer):
     # -- what Lightning code reads ---------------------------------------------------------------
     @property
     def callback_metrics(self) -> dict[str, torch.Tensor]:
-        """The latest value of every metric, as tensors (Lightning's ``trainer.callback_metrics``)."""
-        return _tensors(self.state.metrics)
+        """The latest metrics, as tensors (Lightning's ``trainer.callback_metrics``: no evaluation step values)."""
+        return _tensors(callback_metrics(self.state))
 
     @property
     def logged_metrics(self) -> dict[str, torch.Tensor]:
