@@ -22,6 +22,7 @@ import torch
 
 from interlock.connectors.data import feed_key, loader_count, num_batches
 from interlock.connectors.hardware_slot import HardwareSlot
+from interlock.core.config import lightning_flag
 from interlock.core.logging import EpochLogged, epoch_values, take
 from interlock.core.run import Run
 from interlock.core.slots import CallbacksSlot, OptimSlot
@@ -201,9 +202,16 @@ class TrainerView:
         return out
 
     def __getattr__(self, name: str) -> Any:
+        try:  # Lightning's flag attributes: limit_val_batches, val_check_interval, log_every_n_steps, ...
+            # gradient_clip_algorithm: Lightning reads None unless one was passed; "norm" is the default both mean
+            algorithm = self._run.config.gradient_clip_algorithm
+            return lightning_flag(self._run.config, name, None if algorithm == "norm" else algorithm)
+        except AttributeError:
+            pass
         raise AttributeError(
-            f"the trainer view a callback receives has no {name!r}; it offers {', '.join(_OFFERS)} "
-            "(docs/porting.md#callbacks); for more, write an interlock Listener"
+            f"the trainer view a callback receives has no {name!r}; it offers {', '.join(_OFFERS)} and Lightning's "
+            "flags (limit_val_batches, val_check_interval, ...) (docs/porting.md#callbacks); for more, write an "
+            "interlock Listener"
         )
 
     # -- reads --------------------------------------------------------------------------------
@@ -314,7 +322,29 @@ class TrainerView:
 
     @property
     def num_devices(self) -> int:
-        return self.world_size
+        """Devices of this node (Lightning's ``len(device_ids)``)."""
+        return len(self._run.slot(HardwareSlot).devices)
+
+    @property
+    def num_nodes(self) -> int:
+        return max(1, self.world_size // max(1, self.num_devices))
+
+    @property
+    def node_rank(self) -> int:
+        return self.global_rank // max(1, self.num_devices)
+
+    @property
+    def precision(self) -> str:
+        return str(self._run.slot(HardwareSlot).precision.flag)
+
+    @property
+    def interrupted(self) -> bool:
+        return self._run.facts.status == "interrupted"
+
+    @property
+    def received_sigterm(self) -> bool:
+        """Whether a preemption signal (SIGTERM) arrived: the run then saves and stops at the next boundary."""
+        return bool(self._run.facts.agreed.get("preempted"))
 
     @property
     def max_epochs(self) -> int | None:
@@ -326,8 +356,12 @@ class TrainerView:
         return self._run.config.max_steps
 
     @property
-    def min_epochs(self) -> int | None:
-        return self._run.config.min_epochs
+    def min_epochs(self) -> int:
+        """Lightning's: ``min_epochs``, else 1 with ``min_steps``, else 0."""
+        config = self._run.config
+        if config.min_epochs is not None:
+            return config.min_epochs
+        return 1 if config.min_steps is not None else 0
 
     @property
     def min_steps(self) -> int | None:
@@ -339,23 +373,67 @@ class TrainerView:
 
     @property
     def num_training_batches(self) -> int | float:
+        """The epoch's training batches, from the start of the fit.
+
+        Lightning counts them when training starts, or when ``estimated_stepping_batches`` is read (a
+        scheduler's set-up usually does): before that its value is ``inf``; interlock's is the count.
+        """
+        return self._train_batches()
+
+    def _train_batches(self) -> int | float:
         feed = self._run.feeds.get("train")
         if feed is None:
             return 0
         n = num_batches(feed.loader, self._run.config.limit("train"))
         return math.inf if n is None else n
 
-    @property
-    def num_val_batches(self) -> list[int | float]:
-        key = "val" if self._run.stage in ("fit", "validate") else self._run.stage
-        config = self._run.config
-        sanity = config.sanity_steps
-        limit = (None if sanity == -1 else sanity) if self.sanity_checking else config.limit(key)
+    def _batches(self, key: str) -> list[int | float]:
+        limit = self._run.config.limit(key)
         out: list[int | float] = []
         for i in range(loader_count(self._run.feeds, key)):
             n = num_batches(self._run.feeds[feed_key(key, i)].loader, limit)
             out.append(math.inf if n is None else n)
         return out
+
+    @property
+    def num_val_batches(self) -> list[int | float]:
+        """Batches of each validation loader (the limit's; during the sanity check too, as Lightning's)."""
+        return self._batches("val" if self._run.stage in ("fit", "validate") else self._run.stage)
+
+    @property
+    def num_sanity_val_batches(self) -> list[int | float]:
+        sanity = self._run.config.sanity_steps
+        return [n if sanity == -1 else min(sanity, n) for n in self._batches("val")]
+
+    @property
+    def num_test_batches(self) -> list[int | float]:
+        return self._batches("test")
+
+    @property
+    def num_predict_batches(self) -> list[int | float]:
+        return self._batches("predict")
+
+    @property
+    def enable_validation(self) -> bool:
+        """A fit with validation data and a non-zero limit (Lightning's)."""
+        return self._run.stage == "fit" and bool(self._batches("val")) and self._run.config.limit("val") != 0
+
+    @property
+    def val_check_batch(self) -> int | float:
+        """After how many training batches validation runs (Lightning's: an int interval, or a fraction's)."""
+        interval = lightning_flag(self._run.config, "val_check_interval", None)
+        if isinstance(interval, int):
+            return interval
+        n = self._train_batches()
+        return math.inf if n == math.inf else max(1, int(n * interval))
+
+    @property
+    def is_last_batch(self) -> bool:
+        """The training batch in flight (or the last one trained) is the epoch's last (Lightning's)."""
+        state, n = self._run.state, self._train_batches()
+        if self._tags(state.chart) & {"train_batch_start", "backward", "optimizer_step", "train_batch_end"}:
+            return self._run.step.index + 1 >= n
+        return state.progress.batch_idx >= n or bool(state.data.get("exhausted"))
 
     @property
     def estimated_stepping_batches(self) -> int | float:
@@ -364,7 +442,7 @@ class TrainerView:
         epochs = config.epochs
         if epochs is None:
             return math.inf if config.max_steps == -1 else config.max_steps
-        total = self.num_training_batches
+        total = self._train_batches()
         if total == math.inf:
             return config.max_steps
         steps = math.ceil(total / config.accumulate_grad_batches) * max(epochs, 1)
@@ -382,6 +460,8 @@ class TrainerView:
         chart = self._run.state.chart
         if self.sanity_checking:
             return "sanity_check"
+        if self._ending is not None and self._ending[0] == "train":  # on_train_epoch_end, taken from validation's end
+            return "train"
         if {"fit", "val"} <= self._tags(chart):
             return "validate"
         return "train" if self._run.stage == "fit" else self._run.stage

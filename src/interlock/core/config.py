@@ -128,3 +128,40 @@ class TrainerConfig:
     @property
     def sanity_steps(self) -> int:
         return 0 if self.fast_dev_run else self.num_sanity_val_steps
+
+
+#: TrainerConfig fields Lightning's Trainer has as attributes of the same name.
+LIGHTNING_FIELDS = frozenset(
+    {
+        "max_steps", "val_check_interval", "check_val_every_n_epoch", "num_sanity_val_steps", "accumulate_grad_batches",
+        "gradient_clip_val", "gradient_clip_algorithm", "fast_dev_run", "min_epochs", "min_steps", "overfit_batches",
+        "log_every_n_steps",
+    }
+)  # fmt: skip
+
+#: What Lightning's attributes read under ``fast_dev_run`` (its ``_init_debugging_flags``).
+_FAST_DEV_RUN: dict[str, Any] = {"val_check_interval": 1.0, "check_val_every_n_epoch": 1, "fast_dev_run": None}
+
+
+def lightning_flag(config: TrainerConfig, name: str, clip_algorithm: str | None) -> Any:
+    """Lightning's ``trainer.<name>`` for a flag (``limit_val_batches``, ``num_sanity_val_steps``, ...), as it reads.
+
+    ``clip_algorithm`` is what the user passed as ``gradient_clip_algorithm`` (Lightning keeps ``None``).
+    Raises ``AttributeError`` for a name that is not one.
+    """
+    if name.startswith("limit_") and name.endswith("_batches") and name != "limit_batches":
+        limit = config.limit(name[len("limit_") : -len("_batches")])
+        return 1.0 if limit is None else limit
+    if name == "num_sanity_val_steps":
+        steps = config.sanity_steps
+        return float("inf") if steps == -1 else steps
+    fast = config.fast_dev_run
+    if fast and name in _FAST_DEV_RUN:
+        if name == "fast_dev_run":
+            return True if fast == 1 else fast
+        return _FAST_DEV_RUN[name]
+    if name == "gradient_clip_algorithm":
+        return clip_algorithm
+    if name in LIGHTNING_FIELDS:
+        return getattr(config, name)
+    raise AttributeError(name)

@@ -18,35 +18,13 @@ from typing import Any
 import torch
 
 from interlock.connectors.callbacks import is_callback
+from interlock.core.config import LIGHTNING_FIELDS, lightning_flag
 from interlock.core.events import Listener
 from interlock.core.module import Module
 from interlock.core.state import TrainerState, callback_metrics, logged_metrics, progress_bar_metrics
 from interlock.trainer.trainer import Trainer as NativeTrainer
 
 __all__ = ["Trainer"]
-
-#: Keys of a history row that describe it rather than measure something.
-
-#: TrainerConfig fields Lightning's Trainer has as attributes of the same name.
-_CONFIG_FIELDS = frozenset(
-    {
-        "max_steps",
-        "val_check_interval",
-        "check_val_every_n_epoch",
-        "num_sanity_val_steps",
-        "accumulate_grad_batches",
-        "gradient_clip_val",
-        "gradient_clip_algorithm",
-        "fast_dev_run",
-        "min_epochs",
-        "min_steps",
-        "overfit_batches",
-        "log_every_n_steps",
-    }
-)
-
-#: What Lightning's attributes read under ``fast_dev_run`` (its ``_init_debugging_flags``).
-_FAST_DEV_RUN: dict[str, Any] = {"val_check_interval": 1.0, "check_val_every_n_epoch": 1, "fast_dev_run": None}
 
 _SETTABLE = {
     "should_stop": "return interlock.Stop('why') from a listener (a Lightning Callback's `trainer.should_stop = True`)",
@@ -333,22 +311,10 @@ class Trainer(NativeTrainer):
 
     def __getattr__(self, name: str) -> Any:
         """Lightning's flag attributes (``trainer.limit_val_batches``, ``accumulate_grad_batches``, ...)."""
-        if name.startswith("limit_") and name.endswith("_batches") and name != "limit_batches":
-            limit = self.config.limit(name[len("limit_") : -len("_batches")])
-            return 1.0 if limit is None else limit
-        if name == "num_sanity_val_steps":
-            steps = 0 if self.config.fast_dev_run else self.config.num_sanity_val_steps
-            return float("inf") if steps == -1 else steps
-        fast = self.config.fast_dev_run
-        if fast and name in _FAST_DEV_RUN:
-            if name == "fast_dev_run":
-                return True if fast == 1 else fast
-            return _FAST_DEV_RUN[name]
-        if name == "gradient_clip_algorithm":
-            return self.__dict__.get("_clip_algorithm")
-        if name in _CONFIG_FIELDS:
-            return getattr(self.config, name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        try:
+            return lightning_flag(self.config, name, self.__dict__.get("_clip_algorithm"))
+        except AttributeError:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}") from None
 
     @property
     def max_steps(self) -> int:
@@ -428,7 +394,7 @@ class Trainer(NativeTrainer):
         return self.state.chart.startswith("fit.train") and ".val" not in self.state.chart
 
     def __setattr__(self, name: str, value: Any) -> None:
-        flag = name in _CONFIG_FIELDS or name in ("gradient_clip_algorithm", "num_sanity_val_steps", "fast_dev_run")
+        flag = name in LIGHTNING_FIELDS or name in ("gradient_clip_algorithm", "num_sanity_val_steps", "fast_dev_run")
         flag = flag or (name.startswith("limit_") and name.endswith("_batches"))
         if flag or isinstance(getattr(type(self), name, None), property):
             instead = _SETTABLE.get(name, "configure it with a Trainer flag, or return an update from a listener")

@@ -1,0 +1,112 @@
+"""What a Lightning callback reads from ``trainer`` during a fit: the same values as under Lightning, hook by hook."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from conftest import loader
+
+pl = pytest.importorskip("pytorch_lightning")
+for _name in ("pytorch_lightning", "lightning.pytorch", "lightning_fabric"):
+    logging.getLogger(_name).setLevel(logging.ERROR)
+
+#: Read-only attributes callbacks use (Lightning 2.6.6's names). ``estimated_stepping_batches`` first: Lightning
+#: counts the training batches when it is read (its ``num_training_batches`` is ``inf`` before, in the sanity check)
+READ = (
+    "estimated_stepping_batches", "current_epoch", "global_step", "num_training_batches", "num_val_batches",
+    "num_sanity_val_batches", "is_last_batch", "sanity_checking", "training", "validating", "testing",
+    "predicting", "max_epochs", "max_steps", "min_epochs", "min_steps", "check_val_every_n_epoch",
+    "val_check_interval", "val_check_batch", "accumulate_grad_batches", "log_every_n_steps", "should_stop",
+    "world_size", "global_rank", "local_rank", "node_rank", "num_devices", "num_nodes", "is_global_zero",
+    "limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches", "fast_dev_run",
+    "precision", "enable_validation", "gradient_clip_val", "gradient_clip_algorithm", "interrupted",
+    "num_sanity_val_steps", "received_sigterm",
+)  # fmt: skip
+
+
+def _reader(base: type) -> Any:
+    class Reader(base):  # type: ignore[misc,valid-type]
+        def __init__(self) -> None:
+            self.seen: list[tuple[str, dict[str, Any]]] = []
+
+        def _read(self, when: str, trainer: Any) -> None:
+            row = {name: getattr(trainer, name) for name in READ}
+            row["state"] = (trainer.state.fn, trainer.state.stage)  # Lightning's are str enums: equal to the names
+            self.seen.append((when, row))
+
+        def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+            self._read(f"train batch start {batch_idx}", trainer)
+
+        def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+            self._read(f"train batch end {batch_idx}", trainer)
+
+        def on_validation_batch_end(
+            self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+        ) -> None:
+            self._read(f"validation batch end {batch_idx}", trainer)
+
+        def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+            self._read("train epoch end", trainer)
+
+        def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
+            self._read("fit end", trainer)
+
+    return Reader()
+
+
+class Body:
+    def _build(self) -> None:
+        torch.manual_seed(0)
+        self.net = torch.nn.Linear(4, 2)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(self.net(batch[0]), batch[1])
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.log("v", torch.nn.functional.cross_entropy(self.net(batch[0]), batch[1]))  # type: ignore[attr-defined]
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.net.parameters(), lr=0.1)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        {"limit_train_batches": 3, "val_check_interval": 2, "num_sanity_val_steps": 1},
+        {"val_check_interval": 0.5, "accumulate_grad_batches": 2, "min_steps": 2, "gradient_clip_val": 1.0},
+    ],
+    ids=["int-interval", "fraction-interval"],
+)
+def test_a_callback_reads_the_trainer_lightnings_would_at_every_hook(flags: dict[str, Any], tmp_path: Path) -> None:
+    """Counters, batch counts (sanity check included), is_last_batch, val_check_batch, min_epochs, the flags, ranks,
+    precision and the running stage: what a callback reads at each hook of a fit equals Lightning's."""
+    import interlock.lightning as il
+
+    class Lit(Body, pl.LightningModule):  # type: ignore[misc,name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            self._build()
+
+    class Ours(Body, il.LightningModule):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self._build()
+
+    quiet = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False}
+    common = {"max_epochs": 2, "enable_model_summary": False, **quiet, **flags}
+    theirs, mine = _reader(pl.Callback), _reader(il.Callback)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pl.Trainer(default_root_dir=tmp_path / "pl", callbacks=[theirs], **common).fit(
+            Lit(), loader(24, 8), loader(16, 8)
+        )
+    il.Trainer(default_root_dir=tmp_path / "il", callbacks=[mine], **common).fit(Ours(), loader(24, 8), loader(16, 8))
+    assert [w for w, _ in mine.seen] == [w for w, _ in theirs.seen]
+    for (when, ours), (_, lightning) in zip(mine.seen, theirs.seen, strict=True):
+        assert ours == lightning, (when, {k: (ours[k], lightning[k]) for k in ours if ours[k] != lightning[k]})
