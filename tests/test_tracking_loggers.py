@@ -158,6 +158,21 @@ def test_mlflow_holds_every_metric_lightning_logs_at_its_steps_and_the_hyperpara
     assert set(trainer.module_seen) == {"MlflowClient"}  # type: ignore[attr-defined]
 
 
+class QuietTwin(Twin):
+    def __init__(self, lr: float = 0.1, width: int = 3) -> None:
+        super().__init__(lr, width)
+        self.save_hyperparameters(logger=False)
+
+
+def test_hyperparameters_saved_with_logger_false_stay_out_of_the_tracker(tmp_path: Path) -> None:
+    """save_hyperparameters(logger=False) records hparams (checkpoints keep them) but logs none, as in Lightning."""
+    logger = MLFlowLogger(save_dir=str(tmp_path / "mlruns"))
+    module = QuietTwin()
+    fit(tmp_path, logger, epochs=1, module=module)
+    assert dict(module.hparams) == {"lr": 0.1, "width": 3}
+    assert logger.experiment.get_run(logger.run_id).data.params == {}
+
+
 def test_mlflow_resumed_fit_continues_the_same_run(tmp_path: Path) -> None:
     """Resuming from last.ckpt logs into the stored run: one run, each epoch row once, as an uncut fit."""
     store = str(tmp_path / "mlruns")

@@ -97,6 +97,7 @@ def dump(
     payload = {
         "format": CHECKPOINT_FORMAT,
         **({"hyper_parameters": dict(hparams)} if hparams else {}),
+        **({"hparams_name": module.__dict__["_hparams_name"]} if module.__dict__.get("_hparams_name") else {}),
         "state": state_dict,
         **({"history": dict(history)} if history is not None else {}),
         "model": strategy.model_state_dict(module),

@@ -9,6 +9,7 @@ marker naming its type instead of being rebuilt.
 
 from __future__ import annotations
 
+import inspect
 import os
 import pickle
 import warnings
@@ -92,12 +93,14 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu") -> 
         )
     state: Mapping[str, Any] = ckpt["state"] if isinstance(ckpt.get("state"), Mapping) else {}
     progress: Mapping[str, Any] = state["progress"] if isinstance(state.get("progress"), Mapping) else {}
-    internal = {"format", "state", "model", "optimizers", "schedulers", "precision", "rng", "grads", "hyper_parameters"}
+    internal = {"format", "state", "model", "optimizers", "schedulers", "precision", "rng", "grads"}
+    internal |= {"hyper_parameters", "hparams_name"}
     return {
         **{k: v for k, v in ckpt.items() if k not in internal},  # what the module's on_save_checkpoint added
         "format": ckpt["format"],
         "state_dict": dict(ckpt["model"]),
         "hyper_parameters": dict(ckpt.get("hyper_parameters") or {}),
+        "hparams_name": ckpt.get("hparams_name") if isinstance(ckpt.get("hparams_name"), str) else None,
         "epoch": progress.get("epoch", 0),
         "global_step": progress.get("global_step", 0),
         "optimizer_states": list(ckpt.get("optimizers", [])),
@@ -161,13 +164,13 @@ def module_from_checkpoint(
     """What :meth:`Module.load_from_checkpoint` does: build ``cls`` from the hparams and ``init_args``; load weights."""
     target = Path(path)
     where = "cpu" if map_location is None else map_location
-    if _is_lightning(target):
-        ckpt = _read_lightning(target, where)
-        weights, hparams = ckpt["state_dict"], dict(ckpt.get("hyper_parameters") or {})
+    loaded = _read_lightning(target, where) if _is_lightning(target) else load_checkpoint(target, where)
+    weights, hparams = loaded["state_dict"], dict(loaded.get("hyper_parameters") or {})
+    held = loaded.get("hparams_name")  # save_hyperparameters(obj): the __init__ argument that held them
+    if isinstance(held, str) and held != "kwargs" and held in inspect.signature(cls.__init__).parameters:
+        kwargs = {held: hparams, **init_args}
     else:
-        loaded = load_checkpoint(target, where)
-        weights, hparams = loaded["state_dict"], loaded["hyper_parameters"]
-    kwargs = {**hparams, **init_args}
+        kwargs = {**hparams, **init_args}
     withheld = sorted(k for k, v in kwargs.items() if isinstance(v, Withheld))
     if withheld:
         raise CheckpointError(

@@ -8,6 +8,7 @@ import importlib.util
 import inspect
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from types import FrameType
 from typing import Any, ClassVar, TypeVar
 
 import torch
@@ -105,6 +106,44 @@ _LIGHTNING_ONLY = {
     "CHECKPOINT_HYPER_PARAMS_TYPE": "interlock checkpoints keep hyper-parameters in state['hparams']",
     "remove_ignored_hparams": "use save_hyperparameters(ignore=[...]) in __init__",
 }
+
+
+def _caller() -> FrameType:
+    """The frame that called the function calling this (``save_hyperparameters``' caller)."""
+    frame = inspect.currentframe()
+    caller = frame.f_back.f_back if frame is not None and frame.f_back is not None else None
+    if caller is None:
+        raise RuntimeError("save_hyperparameters() needs its caller's frame; pass frame=inspect.currentframe()")
+    return caller
+
+
+def _init_args(module: Any, frame: FrameType) -> dict[str, Any]:
+    """The arguments of the ``__init__`` running for ``module``, found from ``frame`` up (Lightning's search)."""
+    seen: FrameType | None = frame
+    chain: list[dict[str, Any]] = []  # the __init__ running for the module, then those of its subclasses calling it
+    for _ in range(64):
+        if seen is None:
+            break
+        code = seen.f_code
+        mine = (
+            code.co_name == "__init__" and bool(code.co_varnames) and seen.f_locals.get(code.co_varnames[0]) is module
+        )
+        if mine:
+            local = seen.f_locals
+            count = code.co_argcount + code.co_kwonlyargcount
+            found = {name: local[name] for name in code.co_varnames[1:count] if name in local}
+            if code.co_flags & inspect.CO_VARKEYWORDS:
+                found.update(local.get(code.co_varnames[count + bool(code.co_flags & inspect.CO_VARARGS)], {}))
+            chain.append(found)
+        elif chain:
+            break
+        seen = seen.f_back
+    if chain:
+        return {k: v for found in chain for k, v in found.items()}  # the most derived class's value wins
+    raise RuntimeError(
+        f"{type(module).__name__}.save_hyperparameters() found no __init__ of the module among its callers: call it "
+        "from __init__ (or a method __init__ calls), or pass the values: save_hyperparameters({'lr': 0.1})"
+    )
 
 
 def _as_tensors(data: Any, device: torch.device) -> Any:
@@ -267,39 +306,64 @@ class Module(torch.nn.Module):
             object.__setattr__(self, "_hparams", saved)
         return saved
 
-    def save_hyperparameters(self, *names: str, ignore: str | Sequence[str] | None = None) -> None:
-        """Record the calling ``__init__``'s arguments in :attr:`hparams` (Lightning's meaning).
+    def save_hyperparameters(
+        self,
+        *args: Any,
+        ignore: str | Sequence[str] | None = None,
+        frame: FrameType | None = None,
+        logger: bool = True,
+    ) -> None:
+        """Record hyper-parameters in :attr:`hparams` (Lightning's meaning and arguments).
 
-        ``names`` keeps only those arguments; ``ignore`` drops some. Checkpoints store them and
-        :meth:`load_from_checkpoint` rebuilds the module from them, so only plain data is
-        accepted (None, bool, int, float, str and lists, tuples and str-keyed dicts of them):
-        loading then never runs code. Anything else is an error naming the argument: pass
-        ``ignore=[name]`` and give it again to ``load_from_checkpoint(path, name=...)``.
+        With no ``args``: the arguments of the module's ``__init__`` (found from ``frame``, by default
+        the caller's, walking up to the ``__init__`` running for this module); string ``args`` keep only
+        those arguments; one dict or ``argparse.Namespace`` records its items (``load_from_checkpoint``
+        then passes it back as the ``__init__`` argument that held it). ``ignore`` drops names;
+        ``logger=False`` keeps them from the loggers. Checkpoints store them and ``load_from_checkpoint``
+        rebuilds the module from them, so only plain data is accepted (None, bool, int, float, str and
+        lists, tuples and str-keyed dicts of them): loading then never runs code. Anything else is an
+        error naming the argument: pass ``ignore=[name]`` and give it again to
+        ``load_from_checkpoint(path, name=...)``.
         """
-        frame = inspect.currentframe()
-        caller = frame.f_back if frame is not None else None
-        if caller is None or caller.f_code.co_name != "__init__":
-            raise RuntimeError(f"{type(self).__name__}.save_hyperparameters() must be called from __init__")
-        code, local = caller.f_code, caller.f_locals
-        count = code.co_argcount + code.co_kwonlyargcount
-        args = {name: local[name] for name in code.co_varnames[1:count] if name in local}
-        if code.co_flags & inspect.CO_VARKEYWORDS:
-            args.update(local.get(code.co_varnames[count + bool(code.co_flags & inspect.CO_VARARGS)], {}))
-        unknown = sorted(set(names) - set(args))
-        if unknown:
-            raise ValueError(f"save_hyperparameters{tuple(unknown)}: no such __init__ argument; it has {sorted(args)}")
+        if len(args) == 1 and not isinstance(args[0], str) and not args[0]:
+            return  # an empty container: nothing (Lightning's)
+        objects = [a for a in args if not isinstance(a, str)]
+        where = frame if frame is not None else _caller()
+        try:
+            init = _init_args(self, where)
+        except RuntimeError:
+            if not objects:
+                raise
+            init = {}  # values given: no __init__ needed (Lightning's)
+        name: str | None = None
+        if objects:
+            if len(objects) > 1 or len(args) > 1:
+                raise ValueError("save_hyperparameters() takes one dict/Namespace, or names of __init__ arguments")
+            given = objects[0]
+            hp = dict(given) if isinstance(given, Mapping) else dict(vars(given))
+            name = next((k for k, v in init.items() if v is given), None)
+        else:
+            unknown = sorted(set(args) - set(init))
+            if unknown:
+                raise ValueError(
+                    f"save_hyperparameters{tuple(unknown)}: no such __init__ argument; it has {sorted(init)}"
+                )
+            hp = {k: v for k, v in init.items() if not args or k in args}
         dropped = {ignore} if isinstance(ignore, str) else set(ignore or ())
-        for name, value in args.items():
-            if (names and name not in names) or name in dropped:
+        self.hparams.clear()  # each call records anew (Lightning's), less what it ignores
+        for key, value in hp.items():
+            if key in dropped:
                 continue
             why = _plain_error(value)
             if why:
                 raise ValueError(
-                    f"save_hyperparameters(): argument {name!r} holds {why}, which a checkpoint cannot store as "
-                    f"plain data (loading must never run code); pass save_hyperparameters(ignore=[{name!r}]) and "
-                    f"give it again when loading: load_from_checkpoint(path, {name}=...)"
+                    f"save_hyperparameters(): argument {key!r} holds {why}, which a checkpoint cannot store as "
+                    f"plain data (loading must never run code); pass save_hyperparameters(ignore=[{key!r}]) and "
+                    f"give it again when loading: load_from_checkpoint(path, {key}=...)"
                 )
-            self.hparams[name] = copy.deepcopy(value)
+            self.hparams[key] = copy.deepcopy(value)
+        self.__dict__["_hparams_name"] = name
+        self.__dict__["_log_hyperparams"] = bool(logger)
 
     @classmethod
     def load_from_checkpoint(

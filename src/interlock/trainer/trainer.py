@@ -302,7 +302,8 @@ class Trainer:
         weights back, so ``module`` and ``self.state`` end as the run did.
         """
         self.__dict__["_module"] = module  # what a later validate/test/predict without a module runs
-        hparams = dict(getattr(module, "hparams", None) or {})
+        logged = module.__dict__.get("_log_hyperparams", True)  # save_hyperparameters(logger=False): not logged
+        hparams = dict(getattr(module, "hparams", None) or {}) if logged else {}
         for logger in self.listeners:
             bind = getattr(logger, "bind_hyperparameters", None)
             if bind is not None and isinstance(logger, LoggerListener):
