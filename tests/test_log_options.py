@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import torch
 
+from _twins import twins
 from conftest import loader
 
 pl = pytest.importorskip("pytorch_lightning")
@@ -79,15 +80,7 @@ def test_every_log_option_names_and_reduces_as_lightning(tmp_path: Path) -> None
     arguments mean what Lightning's mean: a callback reads the same metrics at every moment as under Lightning."""
     import interlock.lightning as il
 
-    class Lit(Options, pl.LightningModule):  # type: ignore[misc,name-defined]
-        def __init__(self) -> None:
-            super().__init__()
-            self._build()
-
-    class Ours(Options, il.LightningModule):  # type: ignore[misc]
-        def __init__(self) -> None:
-            super().__init__()
-            self._build()
+    Lit, Ours = twins(Options)
 
     theirs, mine = _reader(pl.Callback), _reader(il.Callback)
     vals = [loader(16, 8, seed=i) for i in range(2)]

@@ -121,7 +121,7 @@ def test_to_onnx_without_onnx_names_the_package(tmp_path: Path) -> None:
         Probe().to_onnx(tmp_path / "m.onnx")
 
 
-@pytest.mark.parametrize("name", ["fabric", "device_mesh", "to_tensorrt", "strict_loading", "trainer"])
+@pytest.mark.parametrize("name", ["fabric", "device_mesh", "to_tensorrt", "trainer"])
 def test_lightning_only_attributes_name_the_alternative(name: str) -> None:
     """What Lightning offers and interlock cannot is an AttributeError that says what to use instead."""
     with pytest.raises(AttributeError) as info:

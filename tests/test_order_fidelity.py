@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import interlock
+from _twins import twins
 from conftest import loader
 from interlock.listeners import ModelCheckpoint
 
@@ -411,15 +412,7 @@ def test_a_callback_reads_the_metrics_lightnings_would_at_every_moment(val_loade
     names, and in epoch-end hooks they and `callback_metrics` already hold the epoch's values, as in Lightning."""
     import interlock.lightning as il
 
-    class Lit(BarLogs, pl.LightningModule):  # type: ignore[misc,name-defined]
-        def __init__(self) -> None:
-            super().__init__()
-            self._build()
-
-    class Ours(BarLogs, il.LightningModule):  # type: ignore[misc]
-        def __init__(self) -> None:
-            super().__init__()
-            self._build()
+    Lit, Ours = twins(BarLogs)
 
     flags = {"max_epochs": 2, "num_sanity_val_steps": 0, "enable_checkpointing": False, **QUIET}
     theirs, mine = _bar_reader(pl.Callback), _bar_reader(il.Callback)

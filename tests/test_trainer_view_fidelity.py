@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import torch
 
+from _twins import twins
 from conftest import loader
 
 pl = pytest.importorskip("pytorch_lightning")
@@ -88,15 +89,7 @@ def test_a_callback_reads_the_trainer_lightnings_would_at_every_hook(flags: dict
     precision and the running stage: what a callback reads at each hook of a fit equals Lightning's."""
     import interlock.lightning as il
 
-    class Lit(Body, pl.LightningModule):  # type: ignore[misc,name-defined]
-        def __init__(self) -> None:
-            super().__init__()
-            self._build()
-
-    class Ours(Body, il.LightningModule):  # type: ignore[misc]
-        def __init__(self) -> None:
-            super().__init__()
-            self._build()
+    Lit, Ours = twins(Body)
 
     quiet = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False}
     common = {"max_epochs": 2, "enable_model_summary": False, **quiet, **flags}

@@ -129,8 +129,9 @@ def check_fits(ckpt: Mapping[str, Any], module: torch.nn.Module, source: str) ->
     saved, own = ckpt["model"], module.state_dict()
     if not isinstance(saved, Mapping) or not all(isinstance(k, str) for k in saved):
         raise CheckpointError(f"{source}: model is a {type(saved).__name__}, not a state dict of named tensors")
-    missing = sorted(set(own) - set(saved))
-    unexpected = sorted(set(saved) - set(own))
+    strict = getattr(module, "strict_loading", True)  # False: names may differ (Lightning's strict_loading)
+    missing = sorted(set(own) - set(saved)) if strict else []
+    unexpected = sorted(set(saved) - set(own)) if strict else []
     misshapen = sorted(
         f"{k}: checkpoint {tuple(saved[k].shape)} vs model {tuple(own[k].shape)}"
         if isinstance(saved[k], torch.Tensor)
@@ -145,8 +146,11 @@ def check_fits(ckpt: Mapping[str, Any], module: torch.nn.Module, source: str) ->
             for name, v in (("missing keys", missing), ("unexpected keys", unexpected), ("misshapen", misshapen))
             if v
         ]
+        fix = "; set strict_loading = False on the module to load the names both have" if missing or unexpected else ""
         raise CheckpointError(
-            f"{source} was saved from a different model ({type(module).__name__} does not match): " + "; ".join(parts)
+            f"{source} was saved from a different model ({type(module).__name__} does not match): "
+            + "; ".join(parts)
+            + fix
         )
 
 
@@ -225,7 +229,7 @@ def restore(
     if sharded:  # a directory: DCP loads model and optimizer state in place, resharded to this run
         strategy.load_sharded(sharded, module, optimizers)
     else:
-        strategy.load_model_state_dict(module, ckpt["model"])
+        strategy.load_model_state_dict(module, ckpt["model"], strict=getattr(module, "strict_loading", True))
     saved_grads = ckpt.get("grads") or {}
     for name, param in module.named_parameters():
         grad = saved_grads.get(name)
@@ -507,7 +511,8 @@ def register(reg: Registry) -> None:
             if loaded is not None and loaded[0].get("sharded"):
                 run.slot(HardwareSlot).strategy.load_sharded(loaded[0]["sharded"], run.module, [])
             elif loaded is not None:
-                run.slot(HardwareSlot).strategy.load_model_state_dict(run.module, loaded[0]["model"])
+                strict = getattr(run.module, "strict_loading", True)  # Lightning's LightningModule.strict_loading
+                run.slot(HardwareSlot).strategy.load_model_state_dict(run.module, loaded[0]["model"], strict=strict)
 
         return act
 

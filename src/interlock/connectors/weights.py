@@ -158,7 +158,7 @@ def module_from_checkpoint(
     cls: type[Module],
     path: str | os.PathLike[str],
     map_location: Any,
-    strict: bool,
+    strict: bool | None,
     init_args: Mapping[str, Any],
 ) -> Module:
     """What :meth:`Module.load_from_checkpoint` does: build ``cls`` from the hparams and ``init_args``; load weights."""
@@ -186,7 +186,7 @@ def module_from_checkpoint(
             f"cannot build {cls.__name__} from the hyper-parameters of {target} ({sorted(hparams)}) and "
             f"init_args ({sorted(init_args)}): {exc}"
         ) from None
-    _load_weights(module, weights, strict, str(target))
+    _load_weights(module, weights, module.strict_loading if strict is None else strict, str(target))
     if isinstance(map_location, str | torch.device):  # a dict or function only maps the loaded tensors
         module.to(torch.device(map_location))
     return module.eval()

@@ -99,7 +99,6 @@ _LIGHTNING_ONLY = {
     "device_mesh": "interlock has no ModelParallelStrategy device mesh; use Trainer(strategy='fsdp') for sharding",
     "to_tensorrt": "interlock does not export to TensorRT; export with self.to_onnx(...) and build the engine with "
     "TensorRT's own tools",
-    "strict_loading": "interlock loads weights strictly; pass strict=False to Module.load_from_checkpoint(...)",
     "CHECKPOINT_HYPER_PARAMS_KEY": "interlock checkpoints keep hyper-parameters in state['hparams']; read them "
     "with Module.load_from_checkpoint(path).hparams",
     "CHECKPOINT_HYPER_PARAMS_NAME": "interlock checkpoints keep hyper-parameters in state['hparams']",
@@ -208,7 +207,7 @@ class ModuleView:
 
     __slots__ = (
         "ahead", "backward", "counters", "global_rank", "local_rank", "loggers", "optim", "optimizer_step",
-        "precision", "world_size",
+        "precision", "trained", "world_size",
     )  # fmt: skip
 
     def __init__(
@@ -223,8 +222,10 @@ class ModuleView:
         world_size: int = 1,
         loggers: Sequence[Any] = (),
         precision: str = "32-true",
+        trained: Callable[[], bool] = lambda: False,
     ) -> None:
         self.counters, self.optim, self.backward = counters, optim, backward
+        self.trained = trained  # whether the fit's training has ended (on_train_end ran, or a later stage runs)
         self.optimizer_step = optimizer_step
         self.global_rank, self.local_rank, self.world_size = global_rank, local_rank, world_size
         self.loggers, self.precision = list(loggers), precision
@@ -291,6 +292,10 @@ class Module(torch.nn.Module):
     automatic_optimization: bool = True
     #: ``prepare_data`` runs once per machine (``True``) or once in all (``False``), as Lightning's
     prepare_data_per_node: bool = True
+    #: whether loading a checkpoint's weights requires every name to match (Lightning's ``strict_loading``; set it
+    #: False in ``__init__`` to resume or ``load_from_checkpoint`` with some weights left out, e.g. frozen ones)
+    strict_loading: bool = True
+
     #: properties TorchScript leaves alone (to_torchscript), as Lightning lists them
     __jit_unused_properties__: ClassVar[list[str]] = [
         "hparams", "hparams_initial", "current_epoch", "global_step", "device", "dtype", "on_gpu", "global_rank",
@@ -370,14 +375,15 @@ class Module(torch.nn.Module):
         cls: type[M],
         checkpoint_path: str | os.PathLike[str],
         map_location: Any = None,
-        strict: bool = True,
+        strict: bool | None = None,
         **init_args: Any,
     ) -> M:
         """A module built from the checkpoint's hyper-parameters (``init_args`` override them), with its weights.
 
         Lightning's meaning, for inference: returned in eval mode, on ``map_location`` (default:
         the CPU). Reads an interlock checkpoint or a Lightning ``.ckpt``, without running code in
-        it. ``strict=False`` ignores missing and unexpected weight names.
+        it. ``strict=False`` ignores missing and unexpected weight names; ``None`` (the default) reads the
+        module's :attr:`strict_loading` (Lightning's).
         """
         if not _loader:
             raise RuntimeError("import interlock before loading a checkpoint (it installs the checkpoint reader)")
@@ -502,9 +508,16 @@ class Module(torch.nn.Module):
 
     @property
     def current_epoch(self) -> int:
-        """The current training epoch (0-based), as Lightning's; 0 outside a run."""
+        """The current training epoch (0-based), as Lightning's; 0 outside a run.
+
+        Once training has ended (from ``on_train_end`` on, and in a later test or predict) it is the
+        number of epochs trained, as Lightning's ``trainer.current_epoch``.
+        """
         view = self.__dict__.get("_interlock_view")
-        return 0 if view is None else int(view.counters.epoch)
+        if view is None:
+            return 0
+        counters = view.counters
+        return int(counters.epoch) + 1 if counters.train_batches and view.trained() else int(counters.epoch)
 
     @property
     def global_step(self) -> int:

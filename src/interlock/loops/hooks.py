@@ -176,6 +176,15 @@ def register(reg: Registry) -> None:
         def bind(run: Run, params: Mapping[str, Any], hook: str = hook) -> Action:
             each = hook in ("on_before_optimizer_step", "on_before_zero_grad")
             action = _bind_hook(run, hook, args_of(run, hook), "train", each)
+            if hook == "on_train_end" and run.slots.get(CallbacksSlot) is not None:
+                # from here on current_epoch counts the last epoch as done (the module's and the view's, Lightning's)
+                slot, inner = run.slot(CallbacksSlot), action
+
+                def ended() -> Any:
+                    slot.trained = True
+                    return None if inner is NOOP else inner()
+
+                return ended
             if action is NOOP:
                 return action
             scheduled = accumulation(run) if hook == "on_before_zero_grad" else None
@@ -185,14 +194,6 @@ def register(reg: Registry) -> None:
             if hook == "on_before_zero_grad" and run.config.accumulate_grad_batches > 1:
                 every, step, inner = run.config.accumulate_grad_batches, run.step, action
                 return lambda: inner() if step.index % every == 0 else None
-            if hook == "on_train_end" and run.callbacks:  # the view's current_epoch counts the last epoch as done
-                slot, inner = run.slot(CallbacksSlot), action
-
-                def ended() -> Any:
-                    slot.trained = True
-                    return inner()
-
-                return ended
             return action
 
         bind.__doc__ = f"Call the callbacks' and the module's {hook} (a no-op when none has it)."
@@ -294,6 +295,7 @@ def register(reg: Registry) -> None:
                     world_size=int(getattr(strategy, "world_size", 1)),
                     loggers=run.loggers,
                     precision=precision.flag,
+                    trained=lambda: run.stage != "fit" or bool(getattr(run.slots.get(CallbacksSlot), "trained", False)),
                 )  # fmt: skip
                 module.attach(view)
 

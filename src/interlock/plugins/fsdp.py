@@ -111,8 +111,9 @@ class FSDPStrategy(DDPStrategy):
             "param_groups": [{**g, "params": [ids[n] for n in g["params"]]} for g in state["param_groups"]],
         }
 
-    def load_model_state_dict(self, module: torch.nn.Module, state: Mapping[str, Any]) -> None:
-        set_model_state_dict(module, dict(state), options=_SCATTER)
+    def load_model_state_dict(self, module: torch.nn.Module, state: Mapping[str, Any], strict: bool = True) -> None:
+        options = _SCATTER if strict else StateDictOptions(full_state_dict=True, strict=False)
+        set_model_state_dict(module, dict(state), options=options)
 
     def load_optimizer_state_dict(
         self, module: torch.nn.Module, optimizer: torch.optim.Optimizer, state: Mapping[str, Any]

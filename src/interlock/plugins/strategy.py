@@ -93,9 +93,9 @@ class Strategy:
         """The optimizer's full state dict in ``torch.optim`` form (integer parameter ids)."""
         return optimizer.state_dict()
 
-    def load_model_state_dict(self, module: torch.nn.Module, state: Mapping[str, Any]) -> None:
-        """Load a full state dict (as :meth:`model_state_dict` returns) into ``module``."""
-        module.load_state_dict(state)
+    def load_model_state_dict(self, module: torch.nn.Module, state: Mapping[str, Any], strict: bool = True) -> None:
+        """Load a full state dict (as :meth:`model_state_dict` returns) into ``module`` (``strict``: torch's)."""
+        module.load_state_dict(state, strict=strict)
 
     def load_optimizer_state_dict(
         self, module: torch.nn.Module, optimizer: torch.optim.Optimizer, state: Mapping[str, Any]
