@@ -72,6 +72,9 @@ class Body:
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         self.log("v", torch.nn.functional.cross_entropy(self.net(batch[0]), batch[1]))  # type: ignore[attr-defined]
 
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        self.log("t", float(batch_idx))  # type: ignore[attr-defined]
+
     def configure_optimizers(self) -> Any:
         return torch.optim.SGD(self.net.parameters(), lr=0.1)  # type: ignore[attr-defined]
 
@@ -103,3 +106,39 @@ def test_a_callback_reads_the_trainer_lightnings_would_at_every_hook(flags: dict
     assert [w for w, _ in mine.seen] == [w for w, _ in theirs.seen]
     for (when, ours), (_, lightning) in zip(mine.seen, theirs.seen, strict=True):
         assert ours == lightning, (when, {k: (ours[k], lightning[k]) for k in ours if ours[k] != lightning[k]})
+
+
+#: What the Trainer object itself answers between runs, as Lightning's does
+AFTER = (
+    "current_epoch", "global_step", "max_epochs", "max_steps", "min_epochs", "min_steps", "world_size", "global_rank",
+    "local_rank", "node_rank", "num_nodes", "num_devices", "is_global_zero", "sanity_checking", "training",
+    "validating", "testing", "predicting", "interrupted", "received_sigterm", "should_stop", "precision",
+    "limit_train_batches", "limit_val_batches", "val_check_interval", "check_val_every_n_epoch", "log_every_n_steps",
+    "accumulate_grad_batches", "fast_dev_run", "gradient_clip_val", "num_sanity_val_steps",
+)  # fmt: skip
+
+
+def test_the_trainer_object_answers_as_lightnings_before_and_after_each_run(tmp_path: Path) -> None:
+    """Counters, limits, ranks and the running stage read from the Trainer before a fit, after it and after a test
+    equal Lightning's; a figure only a run has (num_training_batches) is an error pointing to a callback's trainer."""
+    import interlock.lightning as il
+
+    Lit, Ours = twins(Body)
+    flags = {"max_epochs": 2, "enable_model_summary": False, "logger": False, "enable_checkpointing": False}
+    flags |= {"enable_progress_bar": False, "limit_train_batches": 2, "min_steps": 1}
+    rows: list[list[dict[str, Any]]] = []
+    for trainer_cls, module in ((pl.Trainer, Lit()), (il.Trainer, Ours())):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            trainer = trainer_cls(default_root_dir=tmp_path, **flags)
+            seen = [{name: getattr(trainer, name) for name in AFTER}]
+            trainer.fit(module, loader(24, 8), loader(16, 8))
+            seen.append({name: getattr(trainer, name) for name in AFTER})
+            trainer.test(module, loader(16, 8), verbose=False)
+            seen.append({name: getattr(trainer, name) for name in AFTER})
+        rows.append(seen)
+        last = trainer
+    for moment, lightning, ours in zip(("before", "after fit", "after test"), *rows, strict=True):
+        assert ours == lightning, (moment, {k: (ours[k], lightning[k]) for k in ours if ours[k] != lightning[k]})
+    with pytest.raises(AttributeError, match="Lightning Callback's hooks receive a trainer that has it"):
+        _ = last.num_training_batches

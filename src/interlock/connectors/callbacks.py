@@ -22,7 +22,7 @@ import torch
 
 from interlock.connectors.data import feed_key, loader_count, num_batches
 from interlock.connectors.hardware_slot import HardwareSlot
-from interlock.core.config import lightning_flag
+from interlock.core.config import NodeLayout, filled_min_epochs, lightning_flag
 from interlock.core.logging import EpochLogged, epoch_values, take
 from interlock.core.run import Run
 from interlock.core.slots import CallbacksSlot, OptimSlot
@@ -138,7 +138,7 @@ class _RunState:
         return f"TrainerState(fn={self.fn!r}, stage={self.stage!r}, status={self.status!r})"
 
 
-class TrainerView:
+class TrainerView(NodeLayout):
     """What a Lightning callback sees as ``trainer``: read-only; two writes become updates.
 
     Reads come from the frozen trainer state and the run's read-only parts (config, data,
@@ -326,14 +326,6 @@ class TrainerView:
         return len(self._run.slot(HardwareSlot).devices)
 
     @property
-    def num_nodes(self) -> int:
-        return max(1, self.world_size // max(1, self.num_devices))
-
-    @property
-    def node_rank(self) -> int:
-        return self.global_rank // max(1, self.num_devices)
-
-    @property
     def precision(self) -> str:
         return str(self._run.slot(HardwareSlot).precision.flag)
 
@@ -358,10 +350,7 @@ class TrainerView:
     @property
     def min_epochs(self) -> int:
         """Lightning's: ``min_epochs``, else 1 with ``min_steps``, else 0."""
-        config = self._run.config
-        if config.min_epochs is not None:
-            return config.min_epochs
-        return 1 if config.min_steps is not None else 0
+        return filled_min_epochs(self._run.config)
 
     @property
     def min_steps(self) -> int | None:

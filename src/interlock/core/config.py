@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
@@ -165,3 +165,33 @@ def lightning_flag(config: TrainerConfig, name: str, clip_algorithm: str | None)
     if name in LIGHTNING_FIELDS:
         return getattr(config, name)
     raise AttributeError(name)
+
+
+def filled_min_epochs(config: TrainerConfig) -> int:
+    """``min_epochs`` as Lightning fills it for a fit: the flag, else 1 with ``min_steps``, else 0."""
+    if config.min_epochs is not None:
+        return config.min_epochs
+    return 1 if config.min_steps is not None else 0
+
+
+class _Ranks(Protocol):
+    @property
+    def world_size(self) -> int: ...
+    @property
+    def global_rank(self) -> int: ...
+    @property
+    def num_devices(self) -> int: ...
+
+
+class NodeLayout:
+    """``num_nodes`` and ``node_rank`` from ``world_size``, ``global_rank`` and ``num_devices`` (devices per node)."""
+
+    __slots__ = ()
+
+    @property
+    def num_nodes(self: _Ranks) -> int:
+        return max(1, self.world_size // max(1, self.num_devices))
+
+    @property
+    def node_rank(self: _Ranks) -> int:
+        return self.global_rank // max(1, self.num_devices)

@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from interlock.connectors.callbacks import is_callback
-from interlock.core.config import LIGHTNING_FIELDS, lightning_flag
+from interlock.connectors.callbacks import TrainerView, is_callback
+from interlock.core.config import LIGHTNING_FIELDS, NodeLayout, filled_min_epochs, lightning_flag
 from interlock.core.events import Listener
 from interlock.core.module import Module
 from interlock.core.state import TrainerState, callback_metrics, logged_metrics, progress_bar_metrics
@@ -31,7 +31,7 @@ _SETTABLE = {
 }
 
 
-class Trainer(NativeTrainer):
+class Trainer(NodeLayout, NativeTrainer):
     """:class:`interlock.Trainer` with Lightning's read-only attributes (``callback_metrics``, ``global_step``, ...).
 
     Takes Lightning's ``Trainer(...)`` arguments (interlock's own flags pass through);
@@ -298,8 +298,17 @@ class Trainer(NativeTrainer):
         return 1 if self.config.fast_dev_run else self.config.max_epochs
 
     @property
+    def local_rank(self) -> int:
+        return int(getattr(self.hardware.strategy, "local_rank", 0))
+
+    @property
     def num_devices(self) -> int:
         return len(self.hardware.devices)
+
+    @property
+    def min_epochs(self) -> int | None:
+        """The flag; after a fit, Lightning's filled value (``min_epochs``, else 1 with ``min_steps``, else 0)."""
+        return self.config.min_epochs if not self.state.stage else filled_min_epochs(self.config)
 
     @property
     def device_ids(self) -> list[int]:
@@ -314,7 +323,13 @@ class Trainer(NativeTrainer):
         try:
             return lightning_flag(self.config, name, self.__dict__.get("_clip_algorithm"))
         except AttributeError:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}") from None
+            pass
+        if isinstance(TrainerView.__dict__.get(name), property):  # a figure of the run a callback reads
+            raise AttributeError(
+                f"trainer.{name} is read during a run: a Lightning Callback's hooks receive a trainer that has it "
+                "(interlock's Trainer object holds the flags and the last run's state, not the run's loaders)"
+            )
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def max_steps(self) -> int:
@@ -392,6 +407,29 @@ class Trainer(NativeTrainer):
     @property
     def training(self) -> bool:
         return self.state.chart.startswith("fit.train") and ".val" not in self.state.chart
+
+    @property
+    def validating(self) -> bool:
+        chart = self.state.chart
+        return chart.startswith("validate.") or (chart.startswith("fit.train") and ".val" in chart)
+
+    @property
+    def testing(self) -> bool:
+        return self.state.chart.startswith("test.")
+
+    @property
+    def predicting(self) -> bool:
+        return self.state.chart.startswith("predict.")
+
+    @property
+    def interrupted(self) -> bool:
+        """The last run was interrupted (Ctrl-C or a preemption signal), as Lightning's."""
+        return self.state.status == "interrupted"
+
+    @property
+    def received_sigterm(self) -> bool:
+        """A preemption signal (SIGTERM) was agreed in the last run."""
+        return bool(self.state.agreed.get("preempted"))
 
     def __setattr__(self, name: str, value: Any) -> None:
         flag = name in LIGHTNING_FIELDS or name in ("gradient_clip_algorithm", "num_sanity_val_steps", "fast_dev_run")
