@@ -157,3 +157,46 @@ def test_the_same_name_from_two_loaders_without_the_index_is_an_error_in_lightni
     with warnings.catch_warnings(), pytest.raises(Exception, match="twice"):
         warnings.simplefilter("ignore")
         pl.Trainer(default_root_dir=tmp_path, **FLAGS).fit(Lit(), loader(16, 8), [loader(16, 8), loader(16, 8)])
+
+
+class Evaluates:
+    """Mixed into both modules: evaluation logging of every kind a validate/test return value treats differently."""
+
+    def _build(self) -> None:
+        torch.manual_seed(0)
+        self.net = torch.nn.Linear(4, 2)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(self.net(batch[0]), batch[1])
+
+    def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        loss = torch.nn.functional.cross_entropy(self.net(batch[0]), batch[1])
+        self.log("vl", loss)  # type: ignore[attr-defined]
+        self.log("vs", loss, on_step=True)  # type: ignore[attr-defined]
+        self.log("vp", loss * 2, prog_bar=True, logger=False)  # type: ignore[attr-defined]
+
+    test_step = validation_step
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.net.parameters(), lr=0.1)
+
+
+@pytest.mark.parametrize("loaders", [1, 2])
+def test_validate_and_test_return_what_goes_to_the_loggers_as_lightning(loaders: int, tmp_path: Path) -> None:
+    """validate()/test() return, per loader, the epoch values logged for the loggers under Lightning's names: no
+    logger=False value, no bare name of one logged on step and epoch."""
+    import interlock.lightning as il
+
+    Lit, Ours = twins(Evaluates)
+    results = []
+    for trainer_cls, module in ((pl.Trainer, Lit()), (il.Trainer, Ours())):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            trainer = trainer_cls(default_root_dir=tmp_path, **{**FLAGS, "max_epochs": 1})
+            trainer.fit(module, loader(16, 8))
+            data = [loader(16, 8, seed=i) for i in range(loaders)]
+            got = [trainer.validate(module, data if loaders > 1 else data[0], verbose=False)]
+            got.append(trainer.test(module, data if loaders > 1 else data[0], verbose=False))
+        results.append([[{k: round(float(v), 5) for k, v in d.items()} for d in run] for run in got])
+    assert results[1] == results[0]
+    assert all("vs_epoch" in k or "vl" in k for run in results[0] for d in run for k in d)
