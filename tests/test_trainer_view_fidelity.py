@@ -142,3 +142,56 @@ def test_the_trainer_object_answers_as_lightnings_before_and_after_each_run(tmp_
         assert ours == lightning, (moment, {k: (ours[k], lightning[k]) for k in ours if ours[k] != lightning[k]})
     with pytest.raises(AttributeError, match="Lightning Callback's hooks receive a trainer that has it"):
         _ = last.num_training_batches
+
+
+def _eval_reader(base: type) -> Any:
+    class Reader(base):  # type: ignore[misc,valid-type]
+        def __init__(self) -> None:
+            self.seen: list[tuple[str, dict[str, Any]]] = []
+
+        def _read(self, when: str, trainer: Any) -> None:  # not the estimate: Lightning raises without a fit
+            row = {name: getattr(trainer, name) for name in READ if name != "estimated_stepping_batches"}
+            row["state"] = (trainer.state.fn, trainer.state.stage)
+            self.seen.append((when, row))
+
+        def on_validation_batch_end(self, trainer: Any, *args: Any) -> None:
+            self._read("validation batch", trainer)
+
+        def on_test_batch_end(self, trainer: Any, *args: Any) -> None:
+            self._read("test batch", trainer)
+
+        def on_predict_batch_end(self, trainer: Any, *args: Any) -> None:
+            self._read("predict batch", trainer)
+
+    return Reader()
+
+
+class Evaluated(Body):
+    def test_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self.log("t", float(batch_idx))  # type: ignore[attr-defined]
+
+    def predict_step(self, batch: Any, batch_idx: int) -> Any:
+        return self.net(batch[0])
+
+
+def test_a_callback_reads_the_trainer_lightnings_would_in_validate_test_and_predict(tmp_path: Path) -> None:
+    """On a trainer that never fitted, what a callback reads during validate, test (two loaders) and predict equals
+    Lightning's: no training figures (inf batches, no last batch, max/min_epochs as given), the stage's loaders."""
+    import interlock.lightning as il
+
+    Lit, Ours = twins(Evaluated)
+    flags = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False}
+    flags |= {"enable_model_summary": False, "limit_test_batches": 1}
+    runs = []
+    for trainer_cls, module, reader in ((pl.Trainer, Lit(), _eval_reader(pl.Callback)), (il.Trainer, Ours(), None)):
+        reader = reader or _eval_reader(il.Callback)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            trainer = trainer_cls(default_root_dir=tmp_path, callbacks=[reader], **flags)
+            trainer.validate(module, loader(16, 8), verbose=False)
+            trainer.test(module, [loader(16, 8), loader(8, 8)], verbose=False)
+            trainer.predict(module, loader(8, 4))
+        runs.append(reader.seen)
+    assert [w for w, _ in runs[1]] == [w for w, _ in runs[0]]
+    for (when, ours), (_, lightning) in zip(runs[1], runs[0], strict=True):
+        assert ours == lightning, (when, {k: (ours[k], lightning[k]) for k in ours if ours[k] != lightning[k]})

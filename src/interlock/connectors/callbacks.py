@@ -340,17 +340,21 @@ class TrainerView(NodeLayout):
 
     @property
     def max_epochs(self) -> int | None:
-        epochs = self._run.config.epochs
-        return -1 if epochs is None and self._run.config.max_steps != -1 else epochs
+        """In a fit, Lightning's filled value (1000 when no limit is set, -1 for none); elsewhere the flag."""
+        config = self._run.config
+        if self._run.stage != "fit":
+            return 1 if config.fast_dev_run else config.max_epochs
+        return -1 if config.epochs is None and config.max_steps != -1 else config.epochs
 
     @property
     def max_steps(self) -> int:
         return self._run.config.max_steps
 
     @property
-    def min_epochs(self) -> int:
-        """Lightning's: ``min_epochs``, else 1 with ``min_steps``, else 0."""
-        return filled_min_epochs(self._run.config)
+    def min_epochs(self) -> int | None:
+        """In a fit, Lightning's: ``min_epochs``, else 1 with ``min_steps``, else 0; elsewhere the flag."""
+        config = self._run.config
+        return filled_min_epochs(config) if self._run.stage == "fit" else config.min_epochs
 
     @property
     def min_steps(self) -> int | None:
@@ -367,7 +371,7 @@ class TrainerView(NodeLayout):
         Lightning counts them when training starts, or when ``estimated_stepping_batches`` is read (a
         scheduler's set-up usually does): before that its value is ``inf``; interlock's is the count.
         """
-        return self._train_batches()
+        return self._train_batches() if self._run.feeds.get("train") is not None else math.inf
 
     def _train_batches(self) -> int | float:
         feed = self._run.feeds.get("train")
@@ -386,11 +390,13 @@ class TrainerView(NodeLayout):
 
     @property
     def num_val_batches(self) -> list[int | float]:
-        """Batches of each validation loader (the limit's; during the sanity check too, as Lightning's)."""
-        return self._batches("val" if self._run.stage in ("fit", "validate") else self._run.stage)
+        """Batches of each validation loader (the limit's, in the sanity check too; none in a test or predict)."""
+        return self._batches("val") if self._run.stage in ("fit", "validate") else []
 
     @property
     def num_sanity_val_batches(self) -> list[int | float]:
+        if self._run.stage != "fit":
+            return []
         sanity = self._run.config.sanity_steps
         return [n if sanity == -1 else min(sanity, n) for n in self._batches("val")]
 
@@ -404,12 +410,15 @@ class TrainerView(NodeLayout):
 
     @property
     def enable_validation(self) -> bool:
-        """A fit with validation data and a non-zero limit (Lightning's)."""
-        return self._run.stage == "fit" and bool(self._batches("val")) and self._run.config.limit("val") != 0
+        """A fit or validate with validation data and a non-zero limit (Lightning's)."""
+        stage = self._run.stage in ("fit", "validate")
+        return stage and bool(self._batches("val")) and self._run.config.limit("val") != 0
 
     @property
-    def val_check_batch(self) -> int | float:
-        """After how many training batches validation runs (Lightning's: an int interval, or a fraction's)."""
+    def val_check_batch(self) -> int | float | None:
+        """After how many training batches validation runs in a fit (an int interval, or a fraction's)."""
+        if self._run.stage != "fit":
+            return None
         interval = lightning_flag(self._run.config, "val_check_interval", None)
         if isinstance(interval, int):
             return interval
@@ -420,6 +429,8 @@ class TrainerView(NodeLayout):
     def is_last_batch(self) -> bool:
         """The training batch in flight (or the last one trained) is the epoch's last (Lightning's)."""
         state, n = self._run.state, self._train_batches()
+        if self._run.feeds.get("train") is None:  # no training in this run
+            return False
         if self._tags(state.chart) & {"train_batch_start", "backward", "optimizer_step", "train_batch_end"}:
             return self._run.step.index + 1 >= n
         return state.progress.batch_idx >= n or bool(state.data.get("exhausted"))
