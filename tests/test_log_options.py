@@ -116,6 +116,7 @@ class _Logs:
         ({}, "x/dataloader_idx_0", "add_dataloader_idx=False"),
         ({"metric_attribute": "nope"}, "x", "the module's metrics are []"),
         ({"add_dataloader_idx": False}, "x", "was logged by dataloader 0 and again by dataloader 1"),
+        ({"add_dataloader_idx": False, "logger": False}, "x", "was logged by dataloader 0 and again by dataloader 1"),
     ],
 )
 def test_an_option_interlock_cannot_honour_is_refused_naming_the_fix(

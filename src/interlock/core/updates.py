@@ -444,7 +444,8 @@ def reduce(state: TrainerState, merged: Merged) -> TrainerState:
             changes["prog_bar"] = {**state.prog_bar, **merged.prog_bar}
         if merged.to_loggers:
             changes["to_loggers"] = {**state.to_loggers, **merged.to_loggers}
-        if merged.to_callbacks or state.to_callbacks:  # a name logged again is a callback metric unless it says not
+        hidden = state.to_callbacks  # a name logged again is a callback metric unless it says not
+        if merged.to_callbacks or (hidden and not hidden.keys().isdisjoint(merged.metrics)):
             kept = {k: v for k, v in state.to_callbacks.items() if k not in merged.metrics}
             changes["to_callbacks"] = {**kept, **merged.to_callbacks}
     if merged.listeners:

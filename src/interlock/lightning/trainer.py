@@ -408,18 +408,21 @@ class Trainer(NodeLayout, NativeTrainer):
     def training(self) -> bool:
         return self.state.chart.startswith("fit.train") and ".val" not in self.state.chart
 
+    def _running(self, stage: str) -> bool:
+        return self.state.status == "running" and self.state.stage == stage
+
     @property
     def validating(self) -> bool:
         chart = self.state.chart
-        return chart.startswith("validate.") or (chart.startswith("fit.train") and ".val" in chart)
+        return self._running("validate") or (chart.startswith("fit.train") and ".val" in chart)
 
     @property
     def testing(self) -> bool:
-        return self.state.chart.startswith("test.")
+        return self._running("test")
 
     @property
     def predicting(self) -> bool:
-        return self.state.chart.startswith("predict.")
+        return self._running("predict")
 
     @property
     def interrupted(self) -> bool:

@@ -321,7 +321,7 @@ def register(reg: Registry) -> None:
                 AppendHistory(row),
                 AddEvalSums(None),
                 AddLogged(clear="eval"),
-                SetLoaderResults(idx, kept),  # Lightning's return value: what goes to the loggers
+                SetLoaderResults(idx, metrics),
             ]
 
         return act

@@ -132,6 +132,7 @@ class Session:
         run = self.run(stage, module, {key: loader}, ckpt_path, datamodule)
         if stage == "predict":
             return run.predictions
-        results = [dict(r) for r in self.runtime.state.loader_results]
+        state = self.runtime.state  # Lightning's return value: what went to the loggers (state.to_loggers)
+        results = [{k: v for k, v in r.items() if state.to_loggers.get(k, True)} for r in state.loader_results]
         results += [{} for _ in range(loader_count(run.feeds, key) - len(results))]
         return results
