@@ -100,7 +100,11 @@ def test_psutil_is_used_when_installed(monkeypatch: Any) -> None:
 def test_cpu_stats_false_logs_nothing_on_the_cpu(tmp_path: Path) -> None:
     """cpu_stats=False on the CPU logs no statistic; a non-bool is refused."""
     trainer = interlock.Trainer(
-        max_epochs=1, log_every_n_steps=1, default_root_dir=tmp_path, **only(DeviceStatsMonitor(cpu_stats=False))
+        max_epochs=1,
+        log_every_n_steps=1,
+        accelerator="cpu",  # on a GPU machine "auto" would pick CUDA, whose statistics are logged
+        default_root_dir=tmp_path,
+        **only(DeviceStatsMonitor(cpu_stats=False)),
     )
     trainer.fit(Twin(), loader(4, batch_size=2))
     assert not [k for k in trainer.state.metrics if k.startswith("DeviceStatsMonitor")]

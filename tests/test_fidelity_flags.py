@@ -211,7 +211,6 @@ def test_disabled_default_with_an_explicit_listener_is_refused_as_lightning_does
     ("flag", "value", "hint"),
     [
         ("gpus", 1, "accelerator='gpu', devices=N"),
-        ("benchmark", True, "torch.backends.cudnn.benchmark"),
         ("sync_batchnorm", True, "convert_sync_batchnorm"),
         ("profiler", "simple", "EventTrace"),
         ("detect_anomaly", True, "set_detect_anomaly"),

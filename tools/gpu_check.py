@@ -6,6 +6,7 @@ Columns: precision, final val_acc, seconds per epoch (after the first), peak
 device memory, and the parameter dtype after the fit. Without CUDA it says so
 and exits 0. Exits 1 if any precision fails to fit or ends below --min-acc.
 ``--accelerator cpu`` runs the same check on the CPU (to try the tool itself).
+``tools/gpu_suite.sh`` runs this with every other check that needs a GPU (docs/accelerators.md).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Interrupt the built-in digits example at random transitions and check that resuming is bitwise exact.
 
-    python tools/resume_check.py --trials 20 --json
+    python tools/resume_check.py --trials 20 --json [--accelerator cuda]
 
 One uninterrupted reference run; then, for each trial, a fresh process trains
 until a random transition, saves a checkpoint (at the next checkpointable
@@ -31,7 +31,9 @@ EPOCHS, LIMIT_TRAIN, LIMIT_VAL, SEED = 3, 12, 2, 0
 
 
 # ------------------------------------------------------------------------------ worker side
-def _fit(root: str, out: str | None, ckpt: str | None, save_at: int | None, trace: str | None) -> int:
+def _fit(
+    root: str, out: str | None, ckpt: str | None, save_at: int | None, trace: str | None, accelerator: str = "cpu"
+) -> int:
     """One run of the example in this process; returns the exit code (3: crashed after the save, as asked)."""
     import torch
 
@@ -51,7 +53,8 @@ def _fit(root: str, out: str | None, ckpt: str | None, save_at: int | None, trac
         accumulate_grad_batches=2,
         num_sanity_val_steps=1,
         seed=SEED,
-        accelerator="cpu",
+        accelerator=accelerator,
+        deterministic=accelerator != "cpu" or None,
         default_root_dir=root,
         listeners=[
             EarlyStopping(monitor="val_loss", patience=100),
@@ -118,9 +121,16 @@ def _compare(expected_path: Path, got_path: Path) -> list[str]:
     return differences(relocate(expected, expected.pop("run_dir")), relocate(got, got.pop("run_dir")))
 
 
+ACCELERATOR = ["cpu"]  # the checker's --accelerator, passed on to every worker
+
+
 def _spawn(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, __file__, "--worker", *args], capture_output=True, text=True, timeout=timeout, check=False
+        [sys.executable, __file__, "--worker", "--accelerator", ACCELERATOR[0], *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
 
 
@@ -192,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="trials run at once")
     p.add_argument("--timeout", type=float, default=600, help="seconds one training process may take")
     p.add_argument("--keep", type=Path, help="keep the runs and checkpoints in this directory")
+    p.add_argument("--accelerator", default="cpu", choices=("cpu", "cuda"), help="where the runs train (default cpu)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--root", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
@@ -200,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trace", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
-        return _fit(args.root, args.out, args.ckpt, args.save_at, args.trace)
+        return _fit(args.root, args.out, args.ckpt, args.save_at, args.trace, args.accelerator)
+    ACCELERATOR[0] = args.accelerator
     if args.trials < 1:
         p.error("--trials must be >= 1")
     if args.keep is not None:

@@ -6,6 +6,8 @@ batches), SGD with momentum, the port written as docs/porting.md says.
 
 from __future__ import annotations
 
+import os
+
 from parity.case import Case, DataSpec, ModuleSpec, Resume
 
 EXACT_RESUME = (
@@ -448,3 +450,16 @@ CASES: list[Case] = [
         requires=("early_stopping_args",),
     ),
 ]
+
+if os.environ.get("INTERLOCK_PARITY_ACCELERATOR", "cpu") != "cpu":  # fp16 loss scaling and half weights: GPU only
+    CASES += [
+        Case("precision-16-mixed", {**E2, "precision": "16-mixed"}),
+        Case(
+            "precision-16-mixed-adam-clip",
+            {**E2, "precision": "16-mixed", "gradient_clip_val": 0.5},
+            module=ModuleSpec(optimizer="adam", lr=0.01),
+        ),
+        Case("precision-16-mixed-accumulate", {**E2, "precision": "16-mixed", "accumulate_grad_batches": 2}),
+        Case("precision-bf16-true", {**E2, "precision": "bf16-true"}),
+        Case("precision-16-true", {**E2, "precision": "16-true"}),
+    ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,13 @@ from parity.port import PortData, port_module
 
 # both sides start every run from this global RNG state (dropout, DataLoader base seeds)
 GLOBAL_SEED = 123
+#: INTERLOCK_PARITY_ACCELERATOR=gpu runs the whole matrix on one GPU under both frameworks, with deterministic
+#: kernels (the GPU check in tools/gpu_check.py's docstring); unset, both train on the CPU as the CI does
+ON_DEVICE: dict[str, Any] = (
+    {"accelerator": os.environ["INTERLOCK_PARITY_ACCELERATOR"], "devices": 1, "deterministic": True}
+    if os.environ.get("INTERLOCK_PARITY_ACCELERATOR", "cpu") != "cpu"
+    else {}
+)
 
 
 def _floats(metrics: Any) -> dict[str, float]:
@@ -110,6 +118,7 @@ def _lightning(
         "enable_model_summary": False,
         "enable_checkpointing": mc is not None,
         "default_root_dir": tmp,
+        **ON_DEVICE,
         **case.trainer,
         **(trainer or {}),
     }
@@ -209,7 +218,7 @@ def _interlock(
     kwargs = {k: v for k, v in quiet.items() if k in flags}
     if "enable_checkpointing" in flags:
         kwargs["enable_checkpointing"] = mc is not None
-    kwargs.update(default_root_dir=tmp, listeners=listeners, **case.trainer, **(trainer or {}))
+    kwargs.update(default_root_dir=tmp, listeners=listeners, **ON_DEVICE, **case.trainer, **(trainer or {}))
     data = loaders(case.data)
     dm = PortData(case.data) if case.data.datamodule else None
     torch.manual_seed(GLOBAL_SEED)

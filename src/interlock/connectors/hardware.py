@@ -14,7 +14,7 @@ from interlock.connectors.optim import accumulation
 from interlock.core.module import Module, overrides
 from interlock.core.registry import Action, Registry
 from interlock.core.run import Run
-from interlock.core.slots import DeviceSlot, DistSlot, Fill
+from interlock.core.slots import DeviceSlot, DistSlot, Fill, OptimSlot
 from interlock.core.updates import SetRunInfo
 from interlock.plugins.ddp import DDPSpawnStrategy, DDPStrategy
 from interlock.plugins.environments import ClusterEnvironment, LocalEnvironment, detect_environment
@@ -203,6 +203,17 @@ def register(reg: Registry) -> None:
         scheduled = accumulation(run)
         every = run.config.accumulate_grad_batches if scheduled is None else scheduled
         return run.slot(HardwareSlot).precision.backward_action(run.step, every, own)
+
+    @reg.action("strategy.release", reads=("hardware",))  # and the optimizers, when the stage has any
+    def release(run: Run, params: Mapping[str, Any]) -> Action:
+        """Move the module and its optimizers' state back to the CPU (Lightning's teardown; FSDP keeps its shards)."""
+
+        def act() -> None:
+            if run.device.type != "cpu":
+                optim = run.slots.get(OptimSlot)
+                run.slot(HardwareSlot).strategy.release(run.module, optim.optimizers if optim else ())
+
+        return act
 
     @reg.action("strategy.teardown", writes=("dist",), reads=("hardware",))
     def strategy_teardown(run: Run, params: Mapping[str, Any]) -> Action:

@@ -125,17 +125,17 @@ def get_rng_states() -> dict[str, Any]:
 
 
 def set_rng_states(states: dict[str, Any]) -> None:
-    """Restore what :func:`get_rng_states` captured."""
+    """Restore what :func:`get_rng_states` captured (its tensors may come from a checkpoint loaded onto a GPU)."""
     version, internal, gauss = states["python"]
     random.setstate((int(version), tuple(int(x) for x in internal), gauss))
-    torch.set_rng_state(states["torch"])
+    torch.set_rng_state(states["torch"].cpu())  # torch takes an RNG state as a CPU ByteTensor only
     if "numpy" in states:
         import numpy as np
 
         kind, keys, pos, has_gauss, cached = states["numpy"]
-        np.random.set_state((kind, keys.numpy(), int(pos), int(has_gauss), float(cached)))
+        np.random.set_state((kind, keys.cpu().numpy(), int(pos), int(has_gauss), float(cached)))
     if "cuda" in states and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(states["cuda"])
+        torch.cuda.set_rng_state_all([state.cpu() for state in states["cuda"]])
 
 
 @attrs.frozen

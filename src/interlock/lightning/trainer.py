@@ -13,7 +13,7 @@ import datetime
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -74,7 +74,7 @@ class Trainer(NodeLayout, NativeTrainer):
         accumulate_grad_batches: int = 1,
         gradient_clip_val: int | float | None = None,
         gradient_clip_algorithm: str | None = None,
-        deterministic: bool | None = None,
+        deterministic: bool | Literal["warn"] | None = None,
         benchmark: bool | None = None,
         inference_mode: bool = True,
         use_distributed_sampler: bool = True,
@@ -111,7 +111,6 @@ class Trainer(NodeLayout, NativeTrainer):
         self._clip_algorithm = gradient_clip_algorithm  # Lightning's attribute keeps None ("norm" is applied)
         lightning_only = {
             "num_nodes": num_nodes,
-            "benchmark": benchmark,
             "inference_mode": inference_mode,
             "use_distributed_sampler": use_distributed_sampler,
             "profiler": profiler,
@@ -148,7 +147,8 @@ class Trainer(NodeLayout, NativeTrainer):
             accumulate_grad_batches=accumulate_grad_batches,
             gradient_clip_val=gradient_clip_val,
             gradient_clip_algorithm="norm" if gradient_clip_algorithm is None else gradient_clip_algorithm,
-            deterministic=False if deterministic is None else deterministic,
+            deterministic=deterministic,
+            benchmark=benchmark,
             default_root_dir=default_root_dir,
             **lightning_only,
             **interlock_flags,

@@ -115,6 +115,7 @@ def _check_takes_index(module: Any, name: str, count: int) -> None:
 
 
 _LOOPS = {"val": "validation", "test": "test", "predict": "predict"}
+_CPU = torch.device("cpu")
 
 
 def _own_hook(module: Any, name: str) -> Any:
@@ -251,6 +252,8 @@ def register(reg: Registry) -> None:
                 else:  # step(self, batch[, dataloader_idx]): Lightning leaves batch_idx out
                     step.outputs = outputs = call(step.batch, *extra)
             if collect:
+                if device != "cpu":  # Lightning keeps predictions on the CPU (the device's memory stays free)
+                    outputs = run.slot(HardwareSlot).accelerator.move_to_device(outputs, _CPU)
                 if count > 1:  # one list of predictions per loader
                     while len(run.predictions) <= counters.eval_loader:
                         run.predictions.append([])

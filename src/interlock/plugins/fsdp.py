@@ -17,7 +17,7 @@ run, and the other way round.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -51,6 +51,10 @@ class FSDPStrategy(DDPStrategy):
     """
 
     name = "fsdp"
+
+    def release(self, module: torch.nn.Module, optimizers: Sequence[torch.optim.Optimizer]) -> None:
+        """Nothing: sharded parameters stay where they are (Lightning's FSDP teardown keeps them too)."""
+
     #: Precision flags FSDP cannot honour, with the reason (checked when the flags are resolved).
     unsupported_precision = {
         "16-mixed": "the gradient scaler would see only this rank's shard of the gradients, "

@@ -146,6 +146,19 @@ class Strategy:
     def teardown(self) -> None:
         """Release what :meth:`setup_module` made (wrappers); a process group stays for the next stage."""
 
+    def release(self, module: torch.nn.Module, optimizers: Sequence[torch.optim.Optimizer]) -> None:
+        """Move ``module`` and its optimizers' state back to the CPU at the end of a stage (Lightning's teardown).
+
+        The device's memory is free again, and the module you hold runs on CPU tensors after ``fit``.
+        """
+        cpu = torch.device("cpu")
+        module.to(cpu)
+        for optimizer in optimizers:
+            for state in optimizer.state.values():
+                for key, value in state.items():
+                    if key != "step" and isinstance(value, torch.Tensor):  # as Lightning: a fused step stays
+                        state[key] = value.to(cpu)
+
 
 class SingleDevice(Strategy):
     """The default: everything in this process."""

@@ -33,7 +33,6 @@ LIGHTNING_ONLY: Mapping[str, tuple[tuple[Any, ...], str]] = {
         "interlock iterates the loaders you pass each epoch; build a loader that changes per epoch "
         "(e.g. its sampler's set_epoch) instead",
     ),
-    "benchmark": ((None, False), "set torch.backends.cudnn.benchmark = True before fit"),
     "profiler": (
         (None,),
         "use the EventTrace and Timer listeners (interlock trace / interlock view) or torch.profiler "

@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from interlock.connectors.best import best_checkpoint
 from interlock.connectors.callbacks import batch_end_handler
 from interlock.connectors.checkpoint import check_ckpt_path
 from interlock.connectors.hardware import resolve_hardware
 from interlock.connectors.rundir import next_run_dir
+from interlock.connectors.torch_flags import check_deterministic, set_torch_flags
 from interlock.core.chart import Chart, load_chart
 from interlock.core.config import TrainerConfig
 from interlock.core.datamodule import LOADER_METHODS, check_datamodule, is_datamodule, provides
@@ -79,7 +80,10 @@ class Trainer:
         default_root_dir: Where ``runs/version_N`` folders are made (default: the working directory).
         seed: Seed python, numpy and torch when a stage starts (after the model was built: to seed the
             initial weights too, call ``interlock.seed_everything(seed)`` before building it, as in Lightning).
-        deterministic: Ask torch for deterministic algorithms.
+        deterministic: ``True``: torch's deterministic algorithms, cuDNN's autotuner off and cuBLAS's
+            reproducible workspace (``CUBLAS_WORKSPACE_CONFIG=:4096:8``); ``"warn"``: the same, warning
+            where a kernel has none; ``False``: turn them off; ``None``: leave torch's setting (Lightning's).
+        benchmark: ``torch.backends.cudnn.benchmark``; ``None`` leaves it (``False`` when deterministic).
         fast_dev_run: Run 1 (or N) batch of each loop to check the code paths.
         chart: A custom statechart file; every action and guard it names must be registered.
         actions: Your chart's actions by name, ``fn(run)`` returning ``None`` or updates (``{"ema.update": fn}``).
@@ -122,7 +126,8 @@ class Trainer:
         log_every_n_steps: int = 50,
         default_root_dir: str | os.PathLike[str] | None = None,
         seed: int | None = None,
-        deterministic: bool = False,
+        deterministic: bool | Literal["warn"] | None = None,
+        benchmark: bool | None = None,
         fast_dev_run: bool | int = False,
         chart: str | os.PathLike[str] | None = None,
         actions: Mapping[str, Callable[[Run], Any]] | None = None,
@@ -151,11 +156,7 @@ class Trainer:
             overfit_batches=overfit_batches,
             log_every_n_steps=log_every_n_steps,
         )
-        if not isinstance(deterministic, bool):
-            raise ValueError(
-                f"Trainer(deterministic={deterministic!r}) is invalid: expected True (ask torch for deterministic "
-                "algorithms) or False"
-            )
+        deterministic = check_deterministic(deterministic)
         listeners, own = split_callbacks("listeners", listeners)
         callbacks, given = split_callbacks("callbacks", callbacks)
         #: the Lightning-style callbacks, called by the chart's hook actions (Lightning's order)
@@ -164,10 +165,7 @@ class Trainer:
             listeners, callbacks, logger, enable_checkpointing, enable_progress_bar, enable_trace, self.config, summary
         )
         self.hardware = resolve_hardware(accelerator, devices, strategy, precision)
-        if deterministic:
-            import torch
-
-            torch.use_deterministic_algorithms(True)
+        set_torch_flags(deterministic, benchmark)
         self.seed = seed
         self.root = Path(default_root_dir or os.getcwd())
         self.statechart: Chart = load_chart(chart)
