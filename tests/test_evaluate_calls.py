@@ -73,3 +73,31 @@ def test_verbose_must_be_a_bool(tmp_path: Path) -> None:
     """verbose="yes" is refused naming the values accepted."""
     with pytest.raises(ValueError, match="True"):
         interlock.Trainer(**only(), default_root_dir=tmp_path).test(TinyModule(), loader(), verbose="yes")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_predict_without_returning_keeps_no_prediction_alive(tmp_path: Path, keep: bool) -> None:
+    """return_predictions=False holds no earlier batch's output (memory stays flat); True holds every one."""
+    import gc
+    import weakref
+
+    made: list[weakref.ref[torch.Tensor]] = []
+    alive_before: list[int] = []
+
+    class Writer(TinyModule):
+        def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            gc.collect()
+            alive_before.append(sum(r() is not None for r in made[:-1]))  # all but the previous batch's
+            out = self(batch[0])
+            made.append(weakref.ref(out))
+            return out
+
+    trainer = interlock.Trainer(**only(), default_root_dir=tmp_path)
+    got = trainer.predict(Writer(), loader(64, batch_size=8), return_predictions=keep)
+    assert len(made) == 8
+    if keep:
+        assert len(got) == 8 and alive_before == [max(0, i - 1) for i in range(8)]
+    else:
+        assert got is None and alive_before == [0] * 8
+    with pytest.raises(ValueError, match="return_predictions='no'"):
+        trainer.predict(Writer(), loader(8), return_predictions="no")  # type: ignore[arg-type]

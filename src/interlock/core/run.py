@@ -86,6 +86,8 @@ class RunPlan:
     datamodule: Any = None
     #: the module's own ``*_dataloader()`` methods give the loaders that were not passed (Lightning's fallback)
     module_loaders: bool = False
+    #: predict keeps what ``predict_step`` returned (``False``: Lightning's ``return_predictions=False``, nothing kept)
+    return_predictions: bool = True
 
     @property
     def loads_later(self) -> bool:

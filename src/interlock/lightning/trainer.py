@@ -208,11 +208,9 @@ class Trainer(NodeLayout, NativeTrainer):
         weights_only: bool | None = None,
     ) -> Any:
         """Lightning's ``predict(model, dataloaders, datamodule, return_predictions, ckpt_path)``."""
-        if return_predictions is not None and not isinstance(return_predictions, bool):
-            raise ValueError(f"Trainer.predict(return_predictions={return_predictions!r}) must be None, True or False")
         _weights_only(weights_only, "predict")
-        out = super().predict(model, dataloaders, ckpt_path, datamodule=datamodule)
-        return None if return_predictions is False else out
+        keep = return_predictions
+        return super().predict(model, dataloaders, ckpt_path, datamodule=datamodule, return_predictions=keep)
 
     def _lightning_eval(
         self, stage: str, model: Any, dataloaders: Any, ckpt_path: Any, verbose: Any, datamodule: Any, weights: Any
@@ -244,10 +242,18 @@ class Trainer(NodeLayout, NativeTrainer):
 
         return super()._launch(module, keeping)
 
-    def _evaluate(self, stage: str, module: Module | None, dataloaders: Any, ckpt_path: Any, datamodule: Any) -> Any:
+    def _evaluate(
+        self,
+        stage: str,
+        module: Module | None,
+        dataloaders: Any,
+        ckpt_path: Any,
+        datamodule: Any,
+        return_predictions: bool = True,
+    ) -> Any:
         if module is not None or self._last_module is not None:  # None: the native trainer runs the last module
             self._bind(module if module is not None else self._last_module)  # type: ignore[arg-type]
-        return super()._evaluate(stage, module, dataloaders, ckpt_path, datamodule)
+        return super()._evaluate(stage, module, dataloaders, ckpt_path, datamodule, return_predictions)
 
     # -- what Lightning code reads ---------------------------------------------------------------
     @property

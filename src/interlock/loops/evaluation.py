@@ -226,7 +226,8 @@ def register(reg: Registry) -> None:
         """Run the loop's step without gradients; add its scalars to the sums (or keep the prediction)."""
         key, name = _params(params, "eval.step")
         prefix = str(params.get("metrics", ""))
-        collect = bool(params.get("collect", False))
+        collect = bool(params.get("collect", False))  # the predict loop: outputs are predictions, not metrics
+        keep = collect and run.plan.return_predictions
         step, counters = run.step, run.counters
         mdict = run.module.__dict__
         count = 0
@@ -252,6 +253,8 @@ def register(reg: Registry) -> None:
                 else:  # step(self, batch[, dataloader_idx]): Lightning leaves batch_idx out
                     step.outputs = outputs = call(step.batch, *extra)
             if collect:
+                if not keep:
+                    return None
                 if device != "cpu":  # Lightning keeps predictions on the CPU (the device's memory stays free)
                     outputs = run.slot(HardwareSlot).accelerator.move_to_device(outputs, _CPU)
                 if count > 1:  # one list of predictions per loader

@@ -77,6 +77,7 @@ class Session:
         loaders: Mapping[str, Iterable[Any] | None],
         ckpt_path: Any,
         datamodule: Any = None,
+        return_predictions: bool = True,
     ) -> Run:
         """Run ``stage`` of ``module`` over ``loaders`` (or ``datamodule``'s) through the chart; return the run."""
         plan = RunPlan(
@@ -89,6 +90,7 @@ class Session:
             ckpt_path=ckpt_path,
             datamodule=datamodule,
             module_loaders=datamodule is None and module_gives_loaders(module, self.runtime.chart, stage, loaders),
+            return_predictions=return_predictions,
         )
         feeds = {
             name: Feed(loader) for key, given in loaders.items() for name, loader in split_loaders(key, given).items()
@@ -126,12 +128,20 @@ class Session:
         self.run("fit", module, {"train": train, "val": val}, ckpt_path, datamodule)
         return dict(self.runtime.state.metrics)
 
-    def evaluate(self, stage: str, module: Any, loader: Any, ckpt_path: Any, datamodule: Any = None) -> Any:
-        """Predictions (one list per loader when there are several), or one dict of metrics per loader."""
+    def evaluate(
+        self,
+        stage: str,
+        module: Any,
+        loader: Any,
+        ckpt_path: Any,
+        datamodule: Any = None,
+        return_predictions: bool = True,
+    ) -> Any:
+        """Predictions (a list per loader when there are several; ``None`` when not kept), or metrics per loader."""
         key = stage_def(self.runtime.chart, stage).loaders[0]
-        run = self.run(stage, module, {key: loader}, ckpt_path, datamodule)
+        run = self.run(stage, module, {key: loader}, ckpt_path, datamodule, return_predictions)
         if stage == "predict":
-            return run.predictions
+            return run.predictions if return_predictions else None
         state = self.runtime.state  # Lightning's return value: what went to the loggers (state.to_loggers)
         results = [{k: v for k, v in r.items() if state.to_loggers.get(k, True)} for r in state.loader_results]
         results += [{} for _ in range(loader_count(run.feeds, key) - len(results))]

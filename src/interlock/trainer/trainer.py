@@ -390,15 +390,34 @@ class Trainer:
                        self.hardware.strategy)  # fmt: skip
 
     def predict(
-        self, module: Module | None = None, dataloaders: Any = None, ckpt_path: Any = None, *, datamodule: Any = None
+        self,
+        module: Module | None = None,
+        dataloaders: Any = None,
+        ckpt_path: Any = None,
+        *,
+        datamodule: Any = None,
+        return_predictions: bool | None = None,
     ) -> Any:
         """Run the predict loop; return what ``predict_step`` returned for each batch (a list per loader if several).
 
-        ``module``: ``None`` runs the module of this trainer's latest stage.
+        ``module``: ``None`` runs the module of this trainer's latest stage. ``return_predictions=False``
+        keeps nothing and returns ``None`` (Lightning's: memory stays flat over a long predict whose
+        ``predict_step`` or hooks write the outputs themselves); ``None`` means ``True``.
         """
-        return self._evaluate("predict", module, dataloaders, ckpt_path, datamodule)
+        if return_predictions is not None and not isinstance(return_predictions, bool):
+            raise ValueError(f"Trainer.predict(return_predictions={return_predictions!r}) must be None, True or False")
+        keep = return_predictions is not False
+        return self._evaluate("predict", module, dataloaders, ckpt_path, datamodule, keep)
 
-    def _evaluate(self, stage: str, module: Module | None, dataloaders: Any, ckpt_path: Any, datamodule: Any) -> Any:
+    def _evaluate(
+        self,
+        stage: str,
+        module: Module | None,
+        dataloaders: Any,
+        ckpt_path: Any,
+        datamodule: Any,
+        return_predictions: bool = True,
+    ) -> Any:
         module = unwrap_compiled(module)
         if module is None:
             module = self.__dict__.get("_module")
@@ -419,7 +438,9 @@ class Trainer:
             )
         if ckpt_path is not None and str(ckpt_path) == "best":
             ckpt_path = best_checkpoint(self.listeners, self.state, stage)
-        return self._launch(module, lambda s: s.evaluate(stage, module, dataloaders, ckpt_path, datamodule))
+        return self._launch(
+            module, lambda s: s.evaluate(stage, module, dataloaders, ckpt_path, datamodule, return_predictions)
+        )
 
     # -- debugging --------------------------------------------------------------------
     def chart(self, format: str = "mermaid", trace: str | os.PathLike[str] | None = None) -> str | bytes:
