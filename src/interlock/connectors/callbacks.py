@@ -22,6 +22,7 @@ import torch
 
 from interlock.connectors.data import feed_key, loader_count, num_batches
 from interlock.connectors.hardware_slot import HardwareSlot
+from interlock.connectors.optim import batch_end_outputs_of
 from interlock.core.config import NodeLayout, filled_min_epochs, lightning_flag
 from interlock.core.logging import EpochLogged, epoch_values, take
 from interlock.core.run import Run
@@ -598,7 +599,7 @@ def batch_end_handler(current: Callable[[], Run | None]) -> Callable[[Any], list
     Lightning, where the checkpoint callback runs last. The module's hook runs after, as the
     state's entry action. ``current()`` is the stage's run.
     """
-    bound: dict[int, Callable[..., list[Update]] | None] = {}
+    bound: dict[int, tuple[Callable[..., list[Update]], Callable[[], Any]] | None] = {}
 
     def handle(event: Any) -> list[Update]:
         run = current()
@@ -607,12 +608,14 @@ def batch_end_handler(current: Callable[[], Run | None]) -> Callable[[Any], list
         key = id(run)
         if key not in bound:
             bound.clear()
-            bound[key] = caller(run, "on_train_batch_end", "train")
-        call = bound[key]
-        if call is None:
+            call_ = caller(run, "on_train_batch_end", "train")
+            bound[key] = None if call_ is None else (call_, batch_end_outputs_of(run))
+        entry = bound[key]
+        if entry is None:
             return []
+        call, outputs = entry
         step = run.step
-        return call(step.outputs, step.batch, step.index)
+        return call(outputs(), step.batch, step.index)  # Lightning's outputs: a dict, its loss detached
 
     return handle
 

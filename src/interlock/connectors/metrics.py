@@ -12,7 +12,7 @@ from interlock.core.registry import Action, Registry
 from interlock.core.run import Run
 from interlock.core.updates import AppendHistory, LogMetrics, Update
 
-__all__ = ["batch_size", "logged_values", "loss_of", "register", "scalars"]
+__all__ = ["batch_end_outputs", "batch_size", "logged_values", "loss_of", "register", "scalars"]
 
 
 def loss_of(outputs: Any, step: str = "training_step") -> torch.Tensor:
@@ -27,6 +27,26 @@ def loss_of(outputs: Any, step: str = "training_step") -> torch.Tensor:
         f"{step} returned {type(outputs).__name__}; return the loss tensor or a dict with a 'loss' tensor "
         f"(got keys {sorted(outputs) if isinstance(outputs, Mapping) else 'n/a'})"
     )
+
+
+def batch_end_outputs(outputs: Any, manual: bool, accumulate: int) -> Any:
+    """What Lightning passes to ``on_train_batch_end`` as ``outputs``: a dict whose ``loss`` holds no graph.
+
+    Automatic optimization: ``{"loss": (loss / accumulate).detach().clone(), **the other keys}`` (Lightning
+    divides by ``accumulate_grad_batches``), ``{}`` when the step returned ``None``; manual: what the step
+    returned as a dict (a tensor as ``{"loss": ...}``), its loss detached. Anything else is passed as it is.
+    """
+    if outputs is None:
+        return {}
+    if isinstance(outputs, torch.Tensor):
+        loss, extra = outputs, {}
+    elif isinstance(outputs, Mapping) and isinstance(outputs.get("loss"), torch.Tensor):
+        loss, extra = outputs["loss"], {k: v for k, v in outputs.items() if k != "loss"}
+    else:
+        return dict(outputs) if isinstance(outputs, Mapping) else outputs
+    if manual:
+        return {**extra, "loss": loss.detach()} if extra else {"loss": loss.detach()}
+    return {"loss": (loss / accumulate if accumulate > 1 else loss).detach().clone(), **extra}
 
 
 def batch_size(batch: Any) -> int:

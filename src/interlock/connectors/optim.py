@@ -11,7 +11,7 @@ import attrs
 import torch
 
 from interlock.connectors.hardware_slot import HardwareSlot
-from interlock.connectors.metrics import loss_of
+from interlock.connectors.metrics import batch_end_outputs, loss_of
 from interlock.core.module import overrides, takes_batch_idx
 from interlock.core.progress import Counters
 from interlock.core.registry import NOOP, Action, Guard, Registry
@@ -317,6 +317,19 @@ def accumulation(run: Run) -> Callable[[], int] | None:
     return lambda: run.facts.accumulate_grad_batches or fixed
 
 
+def accumulate_factor(run: Run) -> Callable[[], int]:
+    """The accumulation factor of the batch in flight (scheduled by a listener, or the Trainer's)."""
+    fixed = run.config.accumulate_grad_batches
+    return accumulation(run) or (lambda: fixed)
+
+
+def batch_end_outputs_of(run: Run) -> Callable[[], Any]:
+    """What Lightning's ``on_train_batch_end`` gets as ``outputs`` for the batch in flight (``batch_end_outputs``)."""
+    step, factor = run.step, accumulate_factor(run)
+    manual = getattr(run.module, "automatic_optimization", True) is False
+    return lambda: batch_end_outputs(step.outputs, manual, factor())
+
+
 def _check_index(run: Run, index: int, what: str) -> None:
     if not run.optimizers:
         raise RuntimeError(f"{what} cannot be applied outside a fit (no optimizer yet)")
@@ -388,12 +401,19 @@ def register(reg: Registry) -> None:
         schedulers = optim.schedulers
         custom = any(overrides(module, name) for name in _STEP_HOOKS)
         sched_step = _scheduler_stepper(module, ahead=True)
+        precision = run.slot(HardwareSlot).precision
         if custom or any(_needs_closure(o) for o in optim.optimizers):
             stepper = module_step_action(run)
         else:
-            stepper = run.slot(HardwareSlot).precision.step_action(
+            stepper = precision.step_action(
                 optim.optimizers, cfg.gradient_clip_val, cfg.gradient_clip_algorithm == "norm"
             )
+            if precision.uses_scaler:  # a step that returned None made no gradient to unscale: Lightning skips it
+                scaled = stepper
+
+                def stepper() -> None:
+                    if batch.loss is not None:
+                        scaled()
 
         if not schedulers:  # the slot's list is never changed in place: a new one is a new slot, bound again
             return stepper

@@ -19,7 +19,7 @@ from interlock.connectors import callbacks
 from interlock.connectors.data import loader_count
 from interlock.connectors.hardware_slot import HardwareSlot
 from interlock.connectors.metrics import batch_size
-from interlock.connectors.optim import accumulation
+from interlock.connectors.optim import accumulate_factor, accumulation, batch_end_outputs_of
 from interlock.core.logging import take
 from interlock.core.module import ModuleView, overrides
 from interlock.core.registry import NOOP, Action, Registry
@@ -165,10 +165,19 @@ def register(reg: Registry) -> None:
         step = run.step
         if hook.endswith("batch_start"):
             return lambda: (step.batch, step.index)
+        if hook == "on_train_batch_end":  # Lightning's outputs: a dict, its loss detached (and divided)
+            outputs = batch_end_outputs_of(run)
+            return lambda: (outputs(), step.batch, step.index)
         if hook.endswith("batch_end"):
             return lambda: (step.outputs, step.batch, step.index)
-        if hook == "on_before_backward":
-            return lambda: (step.loss,)
+        if hook == "on_before_backward":  # Lightning's: the loss divided by the accumulation factor
+            factor = accumulate_factor(run)
+
+            def divided() -> tuple[Any, ...]:
+                n, loss = factor(), step.loss
+                return (loss / n if n > 1 and loss is not None else loss,)
+
+            return divided
         return tuple
 
     for hook in _TRAIN:
@@ -187,6 +196,9 @@ def register(reg: Registry) -> None:
                 return ended
             if action is NOOP:
                 return action
+            if hook in ("on_before_backward", "on_after_backward"):  # no backward for a step that returned None
+                step, backward_hook = run.step, action
+                return lambda: None if step.loss is None else backward_hook()
             scheduled = accumulation(run) if hook == "on_before_zero_grad" else None
             if scheduled is not None:
                 step, inner = run.step, action

@@ -52,6 +52,7 @@ def register(reg: Registry) -> None:
         mdict = run.module.__dict__  # what the module logs is buffered here (self.log)
         manual = getattr(run.module, "automatic_optimization", True) is False
         with_idx = takes_batch_idx(getattr(run.module, "training_step"))  # noqa: B009  # training_step(self, batch) gets the batch alone
+        world = int(getattr(run.slot(HardwareSlot).strategy, "world_size", 1))
 
         def infer() -> int:
             return batch_size(step.batch)
@@ -65,7 +66,7 @@ def register(reg: Registry) -> None:
             step.outputs = outputs
             if feed is not None:
                 feed.last_outputs = outputs
-            step.loss = None if manual else outputs if type(outputs) is Tensor else loss_of(outputs)
+            step.loss = None if manual else outputs if type(outputs) is Tensor else _loss(outputs, world)
             logs = mdict.get("_interlock_logs")
             return take(logs, "training_step", "train", infer, step.logged) if logs else None
 
@@ -99,3 +100,19 @@ def register(reg: Registry) -> None:
     def lr(run: Run) -> Any:
         """The learning rate of each optimizer's param groups."""
         return lambda: learning_rates(run)
+
+
+def _loss(outputs: Any, world_size: int) -> Tensor | None:
+    """The loss of an automatic step's outputs; ``None`` (the step returned ``None``) skips its backward (Lightning's).
+
+    Lightning refuses a skipped step with several processes (the others would wait in the gradient all-reduce).
+    """
+    if outputs is not None:
+        return loss_of(outputs)
+    if world_size > 1:
+        raise RuntimeError(
+            "training_step returned None, which skips the step's backward, and this run has "
+            f"{world_size} processes: the others would wait for its gradients (Lightning refuses it too). "
+            "Return the loss on every process (multiply it by 0 to make the step count for nothing)"
+        )
+    return None

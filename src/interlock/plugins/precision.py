@@ -257,19 +257,24 @@ class Precision:
 
             def act_custom() -> None:
                 loss: Any = step.loss
-                custom(self.scale(loss / accumulate if accumulate > 1 else loss))
+                if loss is not None:  # None: the training step returned None (Lightning skips its backward)
+                    custom(self.scale(loss / accumulate if accumulate > 1 else loss))
 
             return act_custom
 
         if plain and accumulate == 1:
 
             def act_plain() -> None:
-                step.loss.backward()  # type: ignore[union-attr]  # a training step's loss is set before backward
+                loss = step.loss
+                if loss is not None:  # None: the training step returned None (Lightning skips its backward)
+                    loss.backward()
 
             return act_plain
 
         def act() -> None:
             loss: Any = step.loss
+            if loss is None:  # the training step returned None (Lightning skips its backward)
+                return
             if accumulate > 1:
                 loss = loss / accumulate
             if plain:
