@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
+
+from _together import run_script
 
 SCRIPT = textwrap.dedent(
     """
@@ -49,17 +49,7 @@ SCRIPT = textwrap.dedent(
 
 def test_all_gather_stacks_every_ranks_tensors_under_ddp(tmp_path: Path) -> None:
     """Two ranks: tensors come back as (2, ...) holding rank 0's and rank 1's values; numbers become tensors."""
-    script = tmp_path / "gather.py"
-    script.write_text(SCRIPT)
-    src = Path(__file__).resolve().parents[1] / "src"
-    done = subprocess.run(
-        [sys.executable, str(script), str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env={"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin"},
-        check=False,
-    )
+    done = run_script(tmp_path, SCRIPT)
     assert done.returncode == 0, done.stderr[-2000:]
     metrics = json.loads(done.stdout.strip().splitlines()[-1])
     assert (metrics["rows"], metrics["rank_sum"], metrics["n_sum"], metrics["world"]) == (2.0, 1.0, 6.0, 2.0)

@@ -3,8 +3,6 @@ whose loss is detached (and divided by the accumulation), on_before_backward get
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 import warnings
 from pathlib import Path
@@ -15,6 +13,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import interlock
+from _together import run_script
 from conftest import TinyModule, loader, only
 
 pl = pytest.importorskip("pytorch_lightning")
@@ -180,16 +179,6 @@ SCRIPT = textwrap.dedent(
 
 def test_a_step_returning_none_under_ddp_is_an_error_not_a_hang(tmp_path: Path) -> None:
     """Two processes: training_step returning None is Lightning's RuntimeError naming the fix, not a wait forever."""
-    script = tmp_path / "skips.py"
-    script.write_text(SCRIPT)
-    src = Path(__file__).resolve().parents[1] / "src"
-    done = subprocess.run(
-        [sys.executable, str(script), str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env={"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin"},
-        check=False,
-    )
+    done = run_script(tmp_path, SCRIPT)
     assert done.returncode != 0
     assert "training_step returned None" in done.stderr and "multiply it by 0" in done.stderr, done.stderr[-2000:]
