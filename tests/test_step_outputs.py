@@ -93,7 +93,7 @@ class Manual(Recording):
 def _fit(make: Any, cls: Any, callback_base: type, root: Path, accumulate: int) -> tuple[Any, ...]:
     seen: list[Any] = []
 
-    class Callback(callback_base):  # type: ignore[misc, valid-type]
+    class Callback(callback_base):
         def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
             seen.append(_described(outputs))
 
@@ -129,7 +129,7 @@ def test_a_step_returning_none_under_16_mixed_skips_the_scaler_step(tmp_path: Pa
     """With loss scaling, a step that returned None leaves the weights and the scale as they were (no inf check)."""
 
     class Skips(TinyModule):
-        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor | None:
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor | None:  # type: ignore[override]
             return None if batch_idx == 1 else super().training_step(batch, batch_idx)
 
     torch.manual_seed(0)
