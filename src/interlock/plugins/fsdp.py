@@ -52,14 +52,14 @@ class FSDPStrategy(DDPStrategy):
 
     name = "fsdp"
 
-    def release(self, module: torch.nn.Module, optimizers: Sequence[torch.optim.Optimizer]) -> None:
-        """Nothing: sharded parameters stay where they are (Lightning's FSDP teardown keeps them too)."""
-
     #: Precision flags FSDP cannot honour, with the reason (checked when the flags are resolved).
     unsupported_precision = {
         "16-mixed": "the gradient scaler would see only this rank's shard of the gradients, "
         "so ranks could disagree on skipping a step",
     }
+
+    def release(self, module: torch.nn.Module, optimizers: Sequence[torch.optim.Optimizer]) -> None:
+        """Nothing: sharded parameters stay where they are (Lightning's FSDP teardown keeps them too)."""
 
     def __init__(
         self,
