@@ -95,6 +95,13 @@ class Indexed(TinyModule):
         return super().predict_step(batch, batch_idx)
 
 
+class Skipper(TinyModule):
+    """Skips the rest of every epoch at its second batch (Lightning's -1 from on_train_batch_start)."""
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> int | None:
+        return -1 if batch_idx == 1 else None
+
+
 def raiser(exc: BaseException) -> Callable[[Any], None]:
     def handler(event: Any) -> None:
         raise exc
@@ -125,6 +132,9 @@ def test_every_chart_transition_is_exercised(tmp_path: Any) -> None:
     for stage in ("validate", "test", "predict"):
         taken |= run(lambda t: None, stage, tmp=tmp_path, _other=stream)
     taken |= run(lambda t: None, tmp=tmp_path, _train=stream)  # exhausted at fetch -> validate
+    taken |= run(lambda t: None, tmp=tmp_path, _module=Skipper)  # -1: the rest of the epoch skipped
+    # the data ran out inside an accumulation window (4 batches, 3 a window): its step when the data runs out
+    taken |= run(lambda t: None, tmp=tmp_path, _train=stream, accumulate_grad_batches=3)
     taken |= run(lambda t: None, tmp=tmp_path, _train=stream, check_val_every_n_epoch=None, val_check_interval=100)
     # several loaders: the next one starts when one reaches its limit (batch end) or runs out (fetch)
     two = [loader(16, 8), loader(16, 8)]
@@ -144,8 +154,12 @@ def test_every_chart_transition_is_exercised(tmp_path: Any) -> None:
         if top not in STAGE_OF:
             continue
         stage = STAGE_OF[top]
+        where: dict[str, Any] = {
+            "fit.train.skipped": {"_module": Skipper},
+            "fit.train.batch.window_step": {"_train": stream, "accumulate_grad_batches": 3},
+        }.get(leaf, {})
         for exc in (RuntimeError("boom"), KeyboardInterrupt()):
-            taken |= run(lambda t, leaf=leaf, exc=exc: t.on(leaf, raiser(exc), once=True), stage, tmp=tmp_path)
+            taken |= run(lambda t, leaf=leaf, exc=exc: t.on(leaf, raiser(exc), once=True), stage, tmp=tmp_path, **where)
     # rerunning a trainer after each final state leaves it through `setup`
     for end in ("finished", "failed", "interrupted"):
         trainer = interlock.Trainer(**only(), default_root_dir=tmp_path)

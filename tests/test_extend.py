@@ -402,7 +402,10 @@ def test_chart_actions_lists_slots_and_uses_for_the_builtin_chart_and_an_extensi
         i = next(i for i, line in enumerate(lines) if line[4:].split(" ", 1)[0] == name)
         return [lines[i], *(line.strip() for line in lines[i + 1 : i + 3] if line.startswith("        "))]
 
-    assert block("optim.step")[1:] == ["reads: optim, hardware", "used: entry of fit.train.batch.optimizer_step"]
+    assert block("optim.step")[1:] == [
+        "reads: optim, hardware",
+        "used: entry of fit.train.batch.optimizer_step; entry of fit.train.batch.window_step",
+    ]
     assert block("optim.configure")[1:] == ["writes: optim", "used: entry of fit"]
     assert "guard of fit.train.batch.end -[validate]-> fit.train.val" in block("schedule.val_due")[1]
     chart, _ = docs_ema(tmp_path)

@@ -643,6 +643,11 @@ def register(reg: Registry) -> None:
 
         return act
 
+    @reg.action("data.skip_rest")
+    def skip_rest(run: Run, params: Mapping[str, Any]) -> Action:
+        """The rest of the epoch's training data is skipped (``on_train_batch_start`` returned -1): it is over."""
+        return lambda: SetDataPosition({"exhausted": True, "skipped": True})
+
     @reg.guard("data.fetched")
     def fetched(params: Mapping[str, Any]) -> Guard:
         """A batch was fetched (the epoch's data did not run out: ``state.data`` says so)."""

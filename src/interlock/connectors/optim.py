@@ -18,7 +18,7 @@ from interlock.core.registry import NOOP, Action, Guard, Registry
 from interlock.core.run import Run
 from interlock.core.slots import Fill, OptimSlot, SlotError
 from interlock.core.step import Facts
-from interlock.core.updates import ReplaceOptimizer, SetLearningRate, SetStageFacts, Update
+from interlock.core.updates import ReplaceOptimizer, SetDataPosition, SetLearningRate, SetStageFacts, Update
 
 __all__ = [
     "Scheduler", "StepOptimizer", "configure_optimizers", "is_manual", "module_step_action", "register",
@@ -106,6 +106,12 @@ def configure_optimizers(result: Any) -> tuple[list[torch.optim.Optimizer], list
                 break
         else:
             return optimizers, schedulers
+    if result is None:  # Lightning warns and fits with a mock optimizer that never steps
+        raise TypeError(
+            "configure_optimizers() returned None: Lightning would only warn and run the fit with no optimizer; "
+            "interlock refuses a fit that cannot train. Return an optimizer (torch.optim.SGD(self.parameters(), "
+            "lr=0.0) leaves the weights as they are), or run trainer.validate() to run steps without training"
+        )
     raise TypeError(
         f"configure_optimizers() returned {result!r}; return an optimizer, a list of optimizers, "
         "or a dict {'optimizer': opt, 'lr_scheduler': scheduler_or_dict}"
@@ -390,11 +396,31 @@ def register(reg: Registry) -> None:
 
         return due
 
+    @reg.guard("optim.window_open")
+    def window_open(params: Mapping[str, Any]) -> Guard:
+        """The epoch's data ran out with batches accumulated since the last optimizer step, not stepped yet."""
+
+        def open_(facts: Facts) -> bool:
+            data = facts.state.data
+            if facts.state.manual_optimization or not data.get("exhausted") or data.get("window_stepped"):
+                return False
+            every = facts.state.accumulate_grad_batches or facts.config.accumulate_grad_batches
+            return facts.progress.batch_idx % every != 0
+
+        return open_
+
+    @reg.action("optim.close_window")
+    def close_window(run: Run, params: Mapping[str, Any]) -> Action:
+        """Note that the epoch's last, unfinished accumulation window stepped (``optim.window_open`` reads it)."""
+        return lambda: SetDataPosition({"window_stepped": True})
+
     @reg.action("optim.step", reads=("optim", "hardware"))
     def step(run: Run, params: Mapping[str, Any]) -> Action:
         """Step every optimizer through the precision plugin (clipping first), zero the grads, step schedulers.
 
-        The module's ``optimizer_step`` / ``configure_gradient_clipping`` / ``optimizer_zero_grad`` /
+        The step-interval schedulers that are due step; at the epoch's last batch, the epoch-interval
+        ones too (not ``ReduceLROnPlateau``: ``optim.step_epoch_schedulers``), as Lightning does. The
+        module's ``optimizer_step`` / ``configure_gradient_clipping`` / ``optimizer_zero_grad`` /
         ``lr_scheduler_step`` are called in their place when it overrides them (Lightning's hooks).
         """
         cfg, batch, module, optim = run.config, run.step, run.module, run.slot(OptimSlot)
@@ -415,13 +441,21 @@ def register(reg: Registry) -> None:
                     if batch.loss is not None:
                         scaled()
 
-        if not schedulers:  # the slot's list is never changed in place: a new one is a new slot, bound again
+        per_step = [s for s in schedulers if s.interval == "step"]
+        at_last = [s for s in schedulers if s.interval == "epoch" and not s.reduce_on_plateau]
+        if not per_step and not at_last:  # the slot's list is never changed in place: a new one is bound again
             return stepper
+        counters = run.counters
 
         def act() -> None:
             stepper()
             # Lightning counts the batch within the epoch for a step scheduler's frequency
-            step_schedulers(schedulers, "step", batch.index + 1, run.facts.metrics, sched_step)
+            if per_step:
+                step_schedulers(per_step, "step", batch.index + 1, run.facts.metrics, sched_step)
+            if at_last:  # Lightning: at the epoch's last batch, before its on_train_batch_end and validation
+                limit = run.facts.limits.get("train")
+                if limit is not None and batch.index + 1 >= limit:
+                    step_schedulers(at_last, "epoch", counters.epoch + 1, run.facts.metrics, sched_step)
 
         return act
 
@@ -446,14 +480,56 @@ def register(reg: Registry) -> None:
 
     @reg.action("optim.step_epoch_schedulers", reads=("optim",))
     def step_epoch(run: Run, params: Mapping[str, Any]) -> Action:
-        """Step the LR schedulers that step once an epoch."""
+        """At the end of an epoch that ran to its last batch, step the ``ReduceLROnPlateau`` epoch schedulers.
+
+        Lightning's rules: the other epoch schedulers stepped at the last batch (``optim.step``),
+        except when the data ran out before its limit (a loader without a length), so that its last
+        batch is known only now; an epoch that ``max_steps`` or a stop ended early steps none.
+        """
         counters, schedulers = run.counters, run.slot(OptimSlot).schedulers
-        if not schedulers or is_manual(run):  # under manual optimization training_step steps them (Lightning's)
+        if is_manual(run):  # under manual optimization training_step steps them (Lightning's)
+            return NOOP
+        plateau = [s for s in schedulers if s.interval == "epoch" and s.reduce_on_plateau]
+        every = [s for s in schedulers if s.interval == "epoch"]
+        if not every:
             return NOOP
         sched_step = _scheduler_stepper(run.module)
 
         def act() -> None:
-            step_schedulers(schedulers, "epoch", counters.epoch + 1, run.facts.metrics, sched_step)
+            facts = run.facts
+            limit = facts.limits.get("train")
+            if facts.data.get("skipped") or (limit is not None and counters.batch_idx >= limit):
+                due = plateau  # the others stepped at the last batch (or the skipped one: optim.skip_batch)
+            elif facts.data.get("exhausted"):
+                due = every  # the data ran out: its last batch was not known when it ran
+            else:
+                return  # max_steps or a stop ended the epoch early
+            step_schedulers(due, "epoch", counters.epoch + 1, facts.metrics, sched_step)
+
+        return act
+
+    @reg.action("optim.skip_batch", reads=("optim",))
+    def skip_batch(run: Run, params: Mapping[str, Any]) -> Action:
+        """A batch ``on_train_batch_start`` skipped (-1) ends the epoch: the schedulers and gradients as Lightning's.
+
+        The due step-interval and the epoch-interval schedulers step (not ``ReduceLROnPlateau``), and the
+        gradients of an unfinished accumulation are dropped (Lightning zeroes them at the next window's start).
+        """
+        if is_manual(run):
+            return NOOP
+        optim, batch, counters = run.slot(OptimSlot), run.step, run.counters
+        every, scheduled = run.config.accumulate_grad_batches, accumulation(run)
+        plain = [s for s in optim.schedulers if not s.reduce_on_plateau]
+        sched_step = _scheduler_stepper(run.module)
+
+        def act() -> None:
+            if batch.index % (every if scheduled is None else scheduled()):
+                for optimizer in optim.optimizers:
+                    optimizer.zero_grad()
+            if plain:
+                metrics = run.facts.metrics
+                step_schedulers(plain, "step", batch.index + 1, metrics, sched_step)
+                step_schedulers(plain, "epoch", counters.epoch + 1, metrics, sched_step)
 
         return act
 

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 __all__ = [
     "ChartError",
+    "ChartEvent",
     "CheckpointError",
     "ConflictingUpdates",
     "IllegalTransition",
@@ -81,6 +82,20 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, checkpoint: str) -> None:
         self.checkpoint = checkpoint
         super().__init__(f"interrupted by Ctrl-C; a checkpoint was saved to {checkpoint}")
+
+
+class ChartEvent(Exception):
+    """Raised by an action to send the chart the external event ``name`` from the state it runs in.
+
+    The rest of that state's entry actions is skipped and the ``on: {name: target}`` transition
+    declared on the state (or one above it) is taken, after ``updates`` are applied. A state with
+    no such transition fails the stage with an error naming the event. ``module.on_train_batch_start``
+    sends ``skip_epoch`` when the hook returns -1 (Lightning's "skip the rest of the epoch").
+    """
+
+    def __init__(self, name: str, reason: str, updates: Sequence[object] = ()) -> None:
+        self.name, self.reason, self.updates = name, reason, tuple(updates)
+        super().__init__(f"{reason} (the chart's {name!r} event)")
 
 
 class Paused(BaseException):

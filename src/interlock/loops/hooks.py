@@ -20,6 +20,7 @@ from interlock.connectors.data import loader_count
 from interlock.connectors.hardware_slot import HardwareSlot
 from interlock.connectors.metrics import batch_size
 from interlock.connectors.optim import accumulate_factor, accumulation, batch_end_outputs_of
+from interlock.core.errors import ChartEvent
 from interlock.core.logging import take
 from interlock.core.module import ModuleView, overrides
 from interlock.core.registry import NOOP, Action, Registry
@@ -91,17 +92,14 @@ def _module_call(
 
     def call(*args: Any, **kwargs: Any) -> list[Update]:
         out = method(*args, **kwargs)
-        if hook == "on_train_batch_start" and type(out) is int and out == -1:
-            raise TypeError(
-                f"{type(module).__name__}.on_train_batch_start returned -1, which in Lightning skips the rest of the "
-                "epoch; interlock does not: bound the epoch with Trainer(limit_train_batches=N), or return "
-                "interlock.Stop('why') to end the fit"
-            )
-        updates = as_updates(out, f"{type(module).__name__}.{hook}")
+        skip = hook == "on_train_batch_start" and type(out) is int and out == -1
+        updates = [] if skip else as_updates(out, f"{type(module).__name__}.{hook}")
         logs = mdict.get("_interlock_logs")
         if logs:
             sink, tail = step.logged if train else None, suffix() if suffix is not None else ""
             updates.extend(take(logs, hook, loop, lambda: batch_size(step.batch), sink, tail))
+        if skip:  # Lightning's -1: the rest of the epoch (and its validation) is skipped; the chart says where to
+            raise ChartEvent("skip_epoch", f"{type(module).__name__}.on_train_batch_start returned -1", updates)
         return updates
 
     return call

@@ -39,7 +39,7 @@ import attrs
 
 from interlock.core.chart import ActionRef, Chart, Transition, TransitionSpec
 from interlock.core.config import TrainerConfig
-from interlock.core.errors import Paused, Preempted, add_note
+from interlock.core.errors import ChartEvent, Paused, Preempted, add_note
 from interlock.core.events import Event, EventBus
 from interlock.core.progress import Counters, compose
 from interlock.core.registry import NOOP, Registry
@@ -233,8 +233,29 @@ class Runtime:
                 return
             except Paused:
                 raise
+            except ChartEvent as sent:  # an action sent the chart an event: its `on` transition, or a failure
+                take = self._sent(sent)
             except BaseException as exc:  # every failure ends the stage through the chart
                 take = self._fail(exc)
+
+    def _sent(self, sent: ChartEvent) -> _Edge:
+        """The ``on`` transition of the current state for the event an action sent (fail without one)."""
+        self._where, self._jump, self._deferred, self._holding = None, None, (), False
+        edge = self._nodes[self._at].on.get(sent.name)
+        if edge is None or sent.name in ("setup", "fail", "interrupt"):
+            ways = sorted(k for k in self._nodes[self._at].on if k not in ("setup", "fail", "interrupt"))
+            return self._fail(
+                RuntimeError(
+                    f"{sent.reason}, but state {self._at!r} has no {sent.name!r} transition in this chart (it has "
+                    f"{ways or 'none'}): declare `on: {{{sent.name}: <target>}}` on it or a state above it"
+                )
+            )
+        if sent.updates:
+            try:
+                self.apply(*sent.updates, source=sent.name)  # type: ignore[arg-type]
+            except BaseException as exc:
+                return self._fail(exc)
+        return edge
 
     def release(self) -> None:
         """Unbind a stage a :class:`~interlock.core.errors.Paused` stopped (a replay is done with it)."""
