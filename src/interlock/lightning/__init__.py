@@ -11,6 +11,9 @@ both become ``import interlock.lightning as pl``. The native API stays the docum
 
 from __future__ import annotations
 
+import importlib
+from types import ModuleType
+
 from interlock.core.datamodule import DataModule as LightningDataModule
 from interlock.core.module import Module as LightningModule
 from interlock.lightning.callback import Callback
@@ -18,3 +21,13 @@ from interlock.lightning.trainer import Trainer
 from interlock.lightning.utilities.seed import seed_everything
 
 __all__ = ["Callback", "LightningDataModule", "LightningModule", "Trainer", "seed_everything"]
+
+#: the submodules ``import lightning.pytorch as pl`` makes reachable as ``pl.callbacks``, ``pl.loggers``, ...
+#: (imported on first use here, so ``import interlock.lightning`` stays cheap)
+_SUBMODULES = ("accelerators", "callbacks", "core", "loggers", "plugins", "profilers", "strategies", "tuner")
+
+
+def __getattr__(name: str) -> ModuleType:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
