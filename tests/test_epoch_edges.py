@@ -245,3 +245,39 @@ def test_configure_optimizers_returning_none_is_an_error_naming_the_alternatives
     with pytest.raises(TypeError, match=r"returned None.*SGD\(self.parameters\(\), lr=0.0\).*validate\(\)"):
         trainer.fit(module, _data())
     assert module.rec == [] and all(torch.equal(a, b) for a, b in zip(before, module.parameters(), strict=True))
+
+
+def test_an_extension_action_sends_a_chart_event(tmp_path: Path) -> None:
+    """An action of a chart copy raising ChartEvent skips the state's other entry actions and takes its `on`
+    transition, with the updates it carried applied."""
+    import interlock
+    from conftest import TinyModule, loader, only
+
+    text = BUILTIN.read_text().replace(
+        "entry: [data.start_epoch, module.on_train_epoch_start]",
+        "entry: [data.start_epoch, demo.shortcut, module.on_train_epoch_start]\n            on: {shortcut: epoch_end}",
+    )
+    chart = tmp_path / "shortcut.yaml"
+    chart.write_text(text)
+    epochs_started: list[int] = []
+
+    class Counting(TinyModule):
+        def on_train_epoch_start(self) -> None:
+            epochs_started.append(self.current_epoch)
+
+    calls: list[int] = []
+
+    def shortcut(run: Any) -> None:
+        calls.append(1)
+        if len(calls) == 1:  # the first epoch only: straight to its end, nothing trained
+            raise interlock.ChartEvent("shortcut", "demo", [interlock.LogMetrics({"shortcut": 1.0})])
+
+    trainer = interlock.Trainer(
+        max_epochs=2, **only(), default_root_dir=tmp_path, chart=str(chart), actions={"demo.shortcut": shortcut}
+    )
+    trace: list[str] = []
+    trainer.observe(lambda name, *_: trace.append(name))
+    trainer.fit(Counting(), loader(32, 8))
+    assert epochs_started == [1] and trainer.state.metrics["shortcut"] == 1.0
+    assert trace.index("fit.train.epoch_end") == trace.index("fit.train.epoch_start") + 1
+    assert trainer.state.global_step == 4  # one epoch of four batches trained

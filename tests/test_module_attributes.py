@@ -252,14 +252,3 @@ def test_a_pytorch_lightning_module_is_refused_naming_the_switch(tmp_path: Path)
 
     with pytest.raises(TypeError, match=r"interlock\.lightning\.LightningModule"):
         interlock.Trainer(max_epochs=1, **only(), default_root_dir=tmp_path).fit(Lit(), loader())
-
-
-def test_on_train_batch_start_returning_minus_one_names_the_alternatives(tmp_path: Path) -> None:
-    """Lightning's "return -1 to skip the epoch" is an error naming limit_train_batches and Stop, never ignored."""
-
-    class Skip(TinyModule):
-        def on_train_batch_start(self, batch: Any, batch_idx: int) -> int:
-            return -1
-
-    with pytest.raises(TypeError, match="limit_train_batches"):
-        interlock.Trainer(max_epochs=1, **only(), default_root_dir=tmp_path).fit(Skip(), loader())

@@ -7,6 +7,7 @@ from interlock.core.chart import Chart, load_chart
 from interlock.core.datamodule import DataModule
 from interlock.core.errors import (
     ChartError,
+    ChartEvent,
     CheckpointError,
     ConflictingUpdates,
     IllegalTransition,
@@ -40,6 +41,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Chart",
     "ChartError",
+    "ChartEvent",
     "CheckpointError",
     "ConflictingUpdates",
     "DataModule",
