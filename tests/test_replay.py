@@ -205,6 +205,31 @@ def test_a_failed_run_records_its_transition_and_data_position_and_the_note_name
     assert any(record["replay"] in note for note in error.__notes__)
 
 
+def test_a_run_directory_that_cannot_be_written_costs_the_record_not_the_error(
+    failed_run: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read-only (or full) run directory: record_failure returns the record unwritten and raises nothing."""
+    import errno
+    import shutil
+
+    from interlock.listeners import flight
+
+    run_dir, _, _, state = failed_run
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    (copy / "failure.json").unlink()
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(errno.EROFS, "Read-only file system", str(copy))
+
+    monkeypatch.setattr(flight.tempfile, "mkstemp", refuse)
+    trace = next(copy.glob("events*.jsonl"))
+    record = flight.record_failure(trace, state, RuntimeError("boom"), cli=False)
+    assert record["transition"] == json.loads((run_dir / "failure.json").read_text())["transition"]
+    left = sorted(p.name for p in copy.iterdir())
+    assert left == sorted(p.name for p in run_dir.iterdir() if p.name != "failure.json")  # no .tmp left behind
+
+
 class Diverging(TinyModule):
     """A learning rate so high that the loss overflows after a few steps."""
 

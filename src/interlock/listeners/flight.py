@@ -51,14 +51,16 @@ def record_failure(trace: Path, state: TrainerState, exception: BaseException | 
         "replay": python,
         "command": command,
     }
-    fd, tmp = tempfile.mkstemp(prefix=".failure-", suffix=".tmp", dir=run_dir)
-    try:
+    tmp = None
+    try:  # a run directory that cannot be written (full, read-only, gone) costs the record, not the error
+        fd, tmp = tempfile.mkstemp(prefix=".failure-", suffix=".tmp", dir=run_dir)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(record, fh, indent=1)
         os.replace(tmp, run_dir / FAILURE_FILE)
     except OSError:  # the failure being reported matters more than its record
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
         return record
     if exception is not None:
         how = command if cli else f"{python} (or `{command}` for a run started by `interlock fit`)"
