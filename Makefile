@@ -36,8 +36,9 @@ imports: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# Two workers (pytest-xdist), a test file to one worker; tests/conftest.py hands out the slowest files first
 pytest: $(STAMP)
-	$(BIN)/python -m pytest tests --durations=25
+	$(BIN)/python -m pytest tests -n 2 --dist loadfile --durations=25
 
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir .site
