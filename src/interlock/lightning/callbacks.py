@@ -6,7 +6,8 @@
 ``StochasticWeightAveraging``, ``GradientAccumulationScheduler``, ``RichProgressBar``,
 ``DeviceStatsMonitor`` and ``TQDMProgressBar``
 (``ProgressBar``) are the native listeners. Lightning's attributes that read run state
-(``best_model_path``, ``best_model_score``, ``time_elapsed()``) read the state of the trainer
+(``best_model_path``, ``best_model_score``, EarlyStopping's ``wait_count``, ``best_score`` and
+``stopped_epoch``, ``time_elapsed()``) read the state of the trainer
 that last ran them. A Lightning argument interlock cannot honour raises at construction, and a
 Lightning callback class with no interlock equivalent raises ``ImportError`` naming the
 alternative when imported.
@@ -138,8 +139,8 @@ class ModelCheckpoint(_Bound, _ModelCheckpoint):
         return {p: None if s is None else torch.tensor(s) for p, s in kept.items()}
 
 
-class EarlyStopping(_EarlyStopping):
-    """Lightning's ``EarlyStopping(monitor, min_delta, patience, ...)``."""
+class EarlyStopping(_Bound, _EarlyStopping):
+    """Lightning's ``EarlyStopping(monitor, min_delta, patience, ...)``; ``wait_count`` etc. are attributes."""
 
     def __init__(
         self,
@@ -170,6 +171,21 @@ class EarlyStopping(_EarlyStopping):
             check_on_train_epoch_end=check_on_train_epoch_end,
         )
         self.log_rank_zero_only = log_rank_zero_only  # interlock's messages come from rank 0 only either way
+
+    @property
+    def wait_count(self) -> int:
+        """Checks without improvement since the best one, as Lightning's ``wait_count``."""
+        return int(self.counters(self._bound_state("wait_count"))["wait_count"])
+
+    @property
+    def best_score(self) -> torch.Tensor:
+        """The best monitored value so far (``inf``/``-inf`` before a check), a tensor as in Lightning."""
+        return torch.tensor(self.counters(self._bound_state("best_score"))["best_score"])
+
+    @property
+    def stopped_epoch(self) -> int:
+        """The epoch the run stopped in (0 when it did not stop), as Lightning's ``stopped_epoch``."""
+        return int(self.counters(self._bound_state("stopped_epoch"))["stopped_epoch"])
 
 
 class LearningRateMonitor(_LearningRateMonitor):
