@@ -104,7 +104,7 @@ def _fit(make: Any, cls: Any, root: Path, **flags: Any) -> tuple[Any, ...]:
         accelerator="cpu", num_sanity_val_steps=0, default_root_dir=root, **flags,
     )  # fmt: skip
     trainer.fit(module, _data(), _data(8, 1))
-    metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k != "train_loss"}  # porting.md
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     scheduler = trainer.lr_scheduler_configs[0].scheduler
     state = {k: v for k, v in scheduler.state_dict().items() if k in ("last_epoch", "_last_lr", "num_bad_epochs")}
     return module.rec, trainer.global_step, trainer.current_epoch, metrics, state, list(module.parameters())

@@ -111,6 +111,46 @@ def test_trainer_attributes_read_after_fit_match_lightning(tmp_path: Path) -> No
     assert torch.equal(mine.logged_metrics["val_loss"], lit.logged_metrics["val_loss"])
 
 
+def test_returned_scalars_are_not_lightnings_callback_metrics_nor_evaluation_results(tmp_path: Path) -> None:
+    """callback_metrics and validate()/test() hold what the module logged, as in Lightning; state.metrics all."""
+
+    def returning(base: Any) -> Any:
+        class Returning(base):  # type: ignore[misc,valid-type]
+            def training_step(self, batch: Any, batch_idx: int) -> Any:
+                loss = torch.nn.functional.mse_loss(self.net(batch[0]), batch[1])
+                self.log("logged", loss)
+                self.log("not_to_loggers", loss, logger=False)
+                return {"loss": loss, "extra": loss.detach() * 2}
+
+            def validation_step(self, batch: Any, batch_idx: int) -> Any:
+                loss = torch.nn.functional.mse_loss(self.net(batch[0]), batch[1])
+                self.log("val_logged", loss)
+                return {"val_returned": loss}
+
+            test_step = validation_step
+
+        return Returning
+
+    seen = []
+    for trainer_cls, module_cls in ((pl.Trainer, returning(LitRegression)), (il.Trainer, returning(Regression))):
+        torch.manual_seed(0)
+        trainer = trainer_cls(
+            max_epochs=2, default_root_dir=str(tmp_path), enable_progress_bar=False, logger=False,
+            enable_checkpointing=False, enable_model_summary=False,
+        )  # fmt: skip
+        module = module_cls()
+        trainer.fit(module, Data().train_dataloader(), Data().val_dataloader())
+        after_fit = {k: float(v) for k, v in trainer.callback_metrics.items()}
+        validated = trainer.validate(module, Data().val_dataloader(), verbose=False)
+        tested = trainer.test(module, Data().val_dataloader(), verbose=False)
+        seen.append((after_fit, validated, tested, {k: float(v) for k, v in trainer.callback_metrics.items()}))
+        if trainer_cls is il.Trainer:  # interlock's own monitors still read the returned ones
+            assert "test_val_returned" in trainer.state.metrics
+    assert seen[0] == seen[1]
+    assert set(seen[0][0]) == {"logged", "not_to_loggers", "val_logged"}
+    assert [set(r) for r in seen[0][1]] == [{"val_logged"}]
+
+
 def test_lightning_callbacks_by_their_lightning_names_act_as_lightnings(tmp_path: Path) -> None:
     """EarlyStopping, LearningRateMonitor, Timer and TQDMProgressBar with Lightning's arguments act as Lightning's."""
     import interlock.lightning.callbacks as mine_cb
@@ -120,10 +160,11 @@ def test_lightning_callbacks_by_their_lightning_names_act_as_lightnings(tmp_path
         torch.manual_seed(0)
         model = module_cls(lr=2.0)  # diverges: early stopping stops it
         timer = cb.Timer(duration="00:01:00:00", interval="epoch", verbose=False)
+        stopper = cb.EarlyStopping(monitor="val_loss", patience=1, mode="min", log_rank_zero_only=True)
         trainer = trainer_cls(
             max_epochs=20,
             callbacks=[
-                cb.EarlyStopping(monitor="val_loss", patience=1, mode="min", log_rank_zero_only=True),
+                stopper,
                 cb.LearningRateMonitor(logging_interval="epoch"),
                 cb.TQDMProgressBar(refresh_rate=5, leave=False),
                 timer,
@@ -134,8 +175,12 @@ def test_lightning_callbacks_by_their_lightning_names_act_as_lightnings(tmp_path
         )
         trainer.fit(model, Data().train_dataloader(), Data().val_dataloader())
         assert 0 < timer.time_elapsed() < 3600
-        outcomes.append((trainer.current_epoch, trainer.global_step, harness.weights(model)))
+        counters = (stopper.wait_count, stopper.stopped_epoch, stopper.best_score)
+        outcomes.append((trainer.current_epoch, trainer.global_step, harness.weights(model), counters))
     assert outcomes[0][:2] == outcomes[1][:2] and outcomes[0][0] < 20
+    (lit_wait, lit_stopped, lit_best), (wait, stopped, best) = outcomes[0][3], outcomes[1][3]
+    assert (wait, stopped) == (lit_wait, lit_stopped) and stopped > 0  # Lightning's attributes, read after fit
+    assert torch.equal(best, lit_best.float())
     assert harness.differences(outcomes[0][2], outcomes[1][2]) == []
 
 

@@ -107,11 +107,13 @@ def register(reg: Registry) -> None:
             metrics = scalars(outputs, "train")
             if metrics and run.dist is not None and run.dist.reduce_metrics is not None:
                 metrics = run.dist.reduce_metrics(metrics)
+            logs = run.facts.to_loggers  # every name the module logged (on step too)
+            returned = {k: False for k in metrics if k not in logged.values and k not in logs}  # not Lightning's
             metrics.update(logged.values)
             c = run.counters
             kept = {k: v for k, v in metrics.items() if k not in logged.hidden}
             row = {"stage": "train", "epoch": c.epoch, "global_step": c.global_step, **kept}
-            updates: list[Update] = [LogMetrics(metrics, logged.shown, logged.to_loggers), AppendHistory(row)]
+            updates: list[Update] = [LogMetrics(metrics, logged.shown, logged.to_loggers, returned), AppendHistory(row)]
             if logged.values:
                 updates.append(AddLogged(clear="train"))
             return updates

@@ -220,7 +220,9 @@ class Trainer(NodeLayout, NativeTrainer):
             raise ValueError(f"Trainer.{stage}(verbose={verbose!r}) must be True or False")
         native = getattr(super(), stage)
         extra = {} if verbose else {"verbose": False}  # passed only when set: the native default is verbose
-        return native(model, dataloaders, ckpt_path, datamodule=datamodule, **extra)
+        results = native(model, dataloaders, ckpt_path, datamodule=datamodule, **extra)
+        logged = self.state.to_loggers  # Lightning returns what the module logged; a returned scalar is not
+        return [{k: v for k, v in r.items() if logged.get(k)} for r in results]
 
     # -- remember the module, bind the checkpoint callbacks -------------------------------------
     def _bind(self, module: Module) -> None:
