@@ -64,9 +64,12 @@ def test_max_steps_counts_manual_optimizer_steps(tmp_path: Path) -> None:
 
 
 def test_manual_optimization_rejects_automatic_only_flags(tmp_path: Path) -> None:
-    """accumulate_grad_batches with manual optimization is an early error naming the alternative."""
-    with pytest.raises(ValueError, match="manual optimization.*accumulate_grad_batches=2"):
+    """accumulate_grad_batches or gradient_clip_val with manual optimization: an early error naming what was set."""
+    with pytest.raises(ValueError, match=r"manual optimization.*Trainer\(accumulate_grad_batches=2\) does not") as info:
         _fit(tmp_path, accumulate_grad_batches=2)
+    assert "gradient_clip_val" not in str(info.value)
+    with pytest.raises(ValueError, match=r"Trainer\(gradient_clip_val=0.5\) does not apply.*clip_gradients"):
+        _fit(tmp_path, gradient_clip_val=0.5)
 
 
 def test_single_manual_optimizer_and_scheduler_are_returned_bare(tmp_path: Path) -> None:

@@ -362,11 +362,12 @@ def register(reg: Registry) -> None:
                         f"{scheduled[0]} schedules gradient accumulation, which applies to automatic optimization "
                         "only (as in Lightning); remove the listener, or accumulate in training_step"
                     )
-                if cfg.accumulate_grad_batches != 1 or cfg.gradient_clip_val is not None:
+                flags = [f"accumulate_grad_batches={cfg.accumulate_grad_batches}"] * (cfg.accumulate_grad_batches != 1)
+                flags += [f"gradient_clip_val={cfg.gradient_clip_val}"] * (cfg.gradient_clip_val is not None)
+                if flags:
                     raise ValueError(
                         f"{type(module).__name__} uses manual optimization (automatic_optimization = False), so "
-                        f"accumulate_grad_batches={cfg.accumulate_grad_batches} / gradient_clip_val="
-                        f"{cfg.gradient_clip_val} do not apply (as in Lightning); leave them at their defaults and "
+                        f"Trainer({', '.join(flags)}) does not apply (as in Lightning); remove it and "
                         "accumulate or clip in training_step (self.clip_gradients(opt, ...))"
                     )
             return [Fill(OptimSlot(optimizers, list(schedulers))), SetStageFacts(manual_optimization=is_manual(run))]
