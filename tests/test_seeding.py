@@ -85,6 +85,62 @@ def test_worker_seeds_differ_per_worker_and_rank_and_repeat() -> None:
     assert streams(1, 1) == seen[(1, 1)]
 
 
+@settings(max_examples=60, deadline=None)
+@given(base=st.integers(0, 2**32 - 1), worker=st.integers(0, 31), rank=st.integers(0, 511))
+def test_a_seeded_worker_draws_what_it_draws_under_lightning(base: int, worker: int, rank: int) -> None:
+    """worker_init_function seeds python, numpy and torch exactly as Lightning's pl_worker_init_function does."""
+    lightning_seed = pytest.importorskip("lightning_fabric.utilities.seed")
+
+    def draws(init: Any) -> tuple[float, ...]:
+        torch.manual_seed(base + worker)  # what torch gives worker ``worker`` of an epoch with base seed ``base``
+        init(worker, rank)
+        return (*_draws(), random.getrandbits(64), int(np.random.randint(2**31)), int(torch.randint(2**62, ())))
+
+    assert draws(worker_init_function) == draws(lightning_seed.pl_worker_init_function)
+
+
+class _Augmenting(torch.utils.data.Dataset[torch.Tensor]):
+    """Each item draws from torch, numpy and python, as random augmentations do."""
+
+    def __len__(self) -> int:
+        return 12
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return torch.tensor([float(i), float(torch.rand(())), float(np.random.rand()), random.random()])
+
+
+def test_seeded_workers_feed_the_batches_lightnings_workers_feed(tmp_path: Path) -> None:
+    """seed_everything(workers=True), two shuffled epochs over 2 workers: the augmented batches Lightning trains on."""
+    pl = pytest.importorskip("pytorch_lightning")
+    import interlock.lightning as il
+
+    def batches(lib: Any) -> list[list[float]]:
+        seen: list[list[float]] = []
+
+        class Records(lib.LightningModule):  # type: ignore[misc,name-defined]
+            def __init__(self) -> None:
+                super().__init__()
+                self.net = torch.nn.Linear(4, 1)
+
+            def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
+                seen.append(batch.flatten().tolist())
+                return self.net(batch).mean()
+
+            def configure_optimizers(self) -> Any:
+                return torch.optim.SGD(self.parameters(), lr=0.0)
+
+        lib.seed_everything(7, workers=True)
+        trainer = lib.Trainer(
+            max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+            enable_model_summary=False, default_root_dir=tmp_path / lib.__name__,
+        )  # fmt: skip
+        trainer.fit(Records(), DataLoader(_Augmenting(), batch_size=4, num_workers=2, shuffle=True))
+        return seen
+
+    lightning = batches(pl)
+    assert len(lightning) == 6 and batches(il) == lightning
+
+
 def test_workers_true_gives_loaders_the_worker_init_fn_unless_they_have_one(monkeypatch: pytest.MonkeyPatch) -> None:
     """Only loaders with workers and no worker_init_fn of their own are changed, and only with workers=True."""
     plain = DataLoader(make_data(), num_workers=2)

@@ -27,6 +27,7 @@ __all__ = [
     "seed_workers",
     "set_rng_states",
     "worker_init_function",
+    "worker_seeds",
 ]
 
 GLOBAL_SEED_ENV = "INTERLOCK_GLOBAL_SEED"
@@ -79,22 +80,45 @@ def seed_everything(seed: int | None = None, workers: bool = False) -> int:
     return seed
 
 
+_U64 = (1 << 64) - 1
+
+
+def worker_seeds(base_seed: int, worker_id: int, rank: int, count: int = 4) -> list[int]:
+    """``count`` 64-bit seeds for one worker, derived as Lightning derives them (bit for bit).
+
+    ``(base_seed, worker_id, rank)`` packed into one integer (base seed above bit 32, worker id
+    above bit 16), scrambled by MurmurHash3's 64-bit finalizer, then stepped by Knuth's MMIX
+    linear congruential generator (``x * 6364136223846793005 + 1 mod 2**64``), one seed a step.
+    """
+    x = (base_seed << 32) | (worker_id << 16) | rank
+    for multiplier in (0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53):
+        x = ((x ^ (x >> 33)) * multiplier) & _U64
+    x ^= x >> 33
+    seeds = []
+    for _ in range(count):
+        x = (x * 6364136223846793005 + 1) & _U64
+        seeds.append(x)
+    return seeds
+
+
 def worker_init_function(worker_id: int, rank: int = 0) -> None:
     """Seed a DataLoader worker's python, numpy and torch RNGs from its base seed, worker id and rank.
 
     torch gives each worker ``base_seed + worker_id`` as its torch seed, where the base seed
     comes from the main process's (seeded) torch RNG once per epoch; that alone leaves numpy
     and python identical in every worker and every rank. Here all three are derived from
-    ``(base_seed, worker_id, rank)`` through numpy's ``SeedSequence``, so they differ per
-    worker, rank and epoch and repeat exactly when the run is repeated with the same seed.
+    ``(base_seed, worker_id, rank)`` as Lightning's ``pl_worker_init_function`` derives them
+    (:func:`worker_seeds` for torch and python, numpy's ``SeedSequence`` for numpy), so they
+    differ per worker, rank and epoch, repeat when the run is repeated with the same seed, and
+    a worker draws the numbers it draws under Lightning.
     """
     import numpy as np
 
     base_seed = torch.initial_seed() - worker_id
-    words = np.random.SeedSequence([base_seed, worker_id, rank]).generate_state(4, dtype=np.uint64)
-    torch.manual_seed(int(words[0]))
-    random.seed(int(words[1]))
-    np.random.seed(np.random.SeedSequence([int(words[2]), int(words[3])]).generate_state(4))
+    seeds = worker_seeds(base_seed, worker_id, rank)
+    torch.manual_seed(seeds[0])
+    random.seed((seeds[1] << 32) | seeds[2])
+    np.random.seed(np.random.SeedSequence([base_seed, worker_id, rank]).generate_state(4))
 
 
 def seed_workers(loader: Any, rank: int = 0) -> None:
