@@ -76,6 +76,9 @@ class Twin(interlock.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.layer(x)  # type: ignore[no-any-return]
 
+    def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> torch.Tensor:
+        return self(batch[0])  # type: ignore[no-any-return]
+
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         return _loss(self.layer, batch)
 

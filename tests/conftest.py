@@ -66,6 +66,9 @@ class TinyModule(interlock.Module):
 
     test_step = validation_step
 
+    def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> torch.Tensor:
+        return self(batch[0])  # the inputs of an (x, y) batch (the default would pass forward the pair, as Lightning)
+
     def configure_optimizers(self) -> Any:
         opt = torch.optim.SGD(self.parameters(), lr=self.lr, momentum=0.9)
         if not self.scheduler:

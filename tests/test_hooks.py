@@ -52,11 +52,14 @@ def recorder(base: type) -> tuple[type, list[str]]:
         x, y = batch
         return torch.nn.functional.cross_entropy(self(x), y)
 
+    def predict(self: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> torch.Tensor:
+        return self(batch[0])  # type: ignore[no-any-return]
+
     def configure_optimizers(self: Any) -> Any:
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
     ns.update(__init__=__init__, forward=forward, configure_optimizers=configure_optimizers)
-    ns.update(training_step=step, validation_step=step, test_step=step)
+    ns.update(training_step=step, validation_step=step, test_step=step, predict_step=predict)
     return type("Recorder", (base,), ns), calls
 
 

@@ -804,3 +804,46 @@ def test_lightning_cli_refuses_a_scheduler_without_an_optimizer(tmp_path: Path) 
         LightningCLI(
             Regression, Data, args=_cli_args(tmp_path, "fit", "--lr_scheduler=StepLR", "--lr_scheduler.step_size=1")
         )
+
+
+def test_the_default_predict_step_passes_the_whole_batch_as_lightnings(tmp_path: Path) -> None:
+    """No predict_step: forward gets the whole batch (any loader count); a forward refusing a pair names the fix."""
+
+    def predictor(base: Any) -> Any:
+        class Pairs(base):  # type: ignore[misc,valid-type]
+            def __init__(self) -> None:
+                super().__init__()
+                torch.manual_seed(0)
+                self.net = torch.nn.Linear(3, 2)
+
+            def forward(self, batch: Any) -> torch.Tensor:
+                x = batch[0] if isinstance(batch, list | tuple) else batch
+                return self.net(x) * (2 if isinstance(batch, list | tuple) else 1)  # tells what forward got
+
+        return Pairs
+
+    pairs = Data().val_dataloader()
+    plain = DataLoader(torch.randn(6, 3, generator=torch.Generator().manual_seed(1)), batch_size=4)
+    flags = {"logger": False, "enable_progress_bar": False, "enable_model_summary": False}
+    outputs = []
+    for trainer_cls, base in ((pl.Trainer, pl.LightningModule), (il.Trainer, il.LightningModule)):
+        trainer = trainer_cls(default_root_dir=str(tmp_path), **flags)
+        module = predictor(base)()
+        outputs.append((trainer.predict(module, pairs), trainer.predict(module, [plain, pairs])))
+    (lit_one, lit_two), (one, two) = outputs
+    assert all(torch.equal(a, b) for a, b in zip(one, lit_one, strict=True))
+    assert [len(x) for x in two] == [len(x) for x in lit_two] == [2, 2]
+    for mine, lit in zip(two, lit_two, strict=True):
+        assert all(torch.equal(a, b) for a, b in zip(mine, lit, strict=True))
+
+    class TakesInputs(il.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Linear(3, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.net(x)  # type: ignore[no-any-return]
+
+    with pytest.raises(TypeError) as info:
+        il.Trainer(default_root_dir=str(tmp_path), **flags).predict(TakesInputs(), pairs)
+    assert any("define predict_step(self, batch, batch_idx)" in note for note in info.value.__notes__)

@@ -13,6 +13,7 @@ from typing import Any, ClassVar, TypeVar
 
 import torch
 
+from interlock.core.errors import add_note
 from interlock.core.logging import LogEntry, check_log_options, check_reduce, is_metric, is_metric_collection
 from interlock.core.state import mode_of
 
@@ -400,11 +401,20 @@ class Module(torch.nn.Module):
     def test_step(self, batch: Any, batch_idx: int) -> StepOutput:
         raise NotImplementedError(f"{type(self).__name__} must implement test_step(batch, batch_idx) to test")
 
-    def predict_step(self, batch: Any, batch_idx: int) -> Any:
-        """Default: the forward pass on the batch (its first element for tuples)."""
-        if isinstance(batch, list | tuple):
-            batch = batch[0]
-        return self(batch)
+    def predict_step(self, *args: Any, **kwargs: Any) -> Any:
+        """Default: the forward pass on the whole batch, as Lightning's (``batch_idx``, ``dataloader_idx`` unused)."""
+        batch = kwargs["batch"] if "batch" in kwargs else args[0]
+        try:
+            return self(batch)
+        except TypeError as exc:  # an (inputs, targets) batch given to a forward that takes the inputs
+            if isinstance(batch, list | tuple):
+                add_note(
+                    exc,
+                    f"interlock: the default {type(self).__name__}.predict_step passes the whole batch (a "
+                    f"{type(batch).__name__} of {len(batch)}) to forward, as Lightning's does; define "
+                    "predict_step(self, batch, batch_idx) to pick the inputs, e.g. return self(batch[0])",
+                )
+            raise
 
     def configure_optimizers(self) -> Any:
         """Return an optimizer, a list of them, or a dict with ``optimizer`` and ``lr_scheduler``."""
