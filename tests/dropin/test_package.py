@@ -847,3 +847,20 @@ def test_the_default_predict_step_passes_the_whole_batch_as_lightnings(tmp_path:
     with pytest.raises(TypeError) as info:
         il.Trainer(default_root_dir=str(tmp_path), **flags).predict(TakesInputs(), pairs)
     assert any("define predict_step(self, batch, batch_idx)" in note for note in info.value.__notes__)
+
+
+def test_trainer_datamodule_is_the_last_one_given_as_lightnings(tmp_path: Path) -> None:
+    """trainer.datamodule: None before, the fit's datamodule after, kept by a call with loaders, replaced by another."""
+    flags = {"logger": False, "enable_progress_bar": False, "enable_model_summary": False, "max_epochs": 1}
+    seen = []
+    for trainer_cls, module_cls, data_cls in ((pl.Trainer, LitRegression, LitData), (il.Trainer, Regression, Data)):
+        trainer = trainer_cls(default_root_dir=str(tmp_path), enable_checkpointing=False, **flags)
+        first, second = data_cls(), data_cls()
+        before = trainer.datamodule
+        trainer.fit(module_cls(), datamodule=first)
+        after_fit = trainer.datamodule
+        trainer.validate(trainer.model, first.val_dataloader(), verbose=False)
+        after_loaders = trainer.datamodule
+        trainer.validate(trainer.model, datamodule=second, verbose=False)
+        seen.append((before, after_fit is first, after_loaders is first, trainer.datamodule is second))
+    assert seen[0] == seen[1] == (None, True, True, True)

@@ -19,6 +19,7 @@ import torch
 
 from interlock.connectors.callbacks import TrainerView, is_callback
 from interlock.core.config import LIGHTNING_FIELDS, NodeLayout, filled_min_epochs, lightning_flag
+from interlock.core.datamodule import is_datamodule
 from interlock.core.events import Listener
 from interlock.core.module import Module
 from interlock.core.state import TrainerState, callback_metrics, logged_metrics, progress_bar_metrics
@@ -166,6 +167,7 @@ class Trainer(NodeLayout, NativeTrainer):
     ) -> dict[str, float]:
         """Lightning's ``fit(model, train_dataloaders, val_dataloaders, datamodule, ckpt_path)`` (its order)."""
         _weights_only(weights_only, "fit")
+        self._attach(datamodule if datamodule is not None else train_dataloaders)
         return super().fit(model, train_dataloaders, val_dataloaders, ckpt_path, datamodule=datamodule)
 
     def validate(
@@ -224,7 +226,17 @@ class Trainer(NodeLayout, NativeTrainer):
         logged = self.state.to_loggers  # Lightning returns what the module logged; a returned scalar is not
         return [{k: v for k, v in r.items() if logged.get(k)} for r in results]
 
-    # -- remember the module, bind the checkpoint callbacks -------------------------------------
+    # -- remember the module and the datamodule, bind the checkpoint callbacks -------------------
+    def _attach(self, datamodule: Any) -> None:
+        """Remember the datamodule a call was given (``trainer.datamodule``); a call with loaders keeps the last."""
+        if is_datamodule(datamodule):
+            self.__dict__["_datamodule"] = datamodule
+
+    @property
+    def datamodule(self) -> Any:
+        """The datamodule of the last call that was given one (``None`` before), as Lightning's."""
+        return self.__dict__.get("_datamodule")
+
     def _bind(self, module: Module) -> None:
         self._last_module = module
         for listener in self.listeners:
@@ -253,6 +265,7 @@ class Trainer(NodeLayout, NativeTrainer):
         datamodule: Any,
         return_predictions: bool = True,
     ) -> Any:
+        self._attach(datamodule if datamodule is not None else dataloaders)
         if module is not None or self._last_module is not None:  # None: the native trainer runs the last module
             self._bind(module if module is not None else self._last_module)  # type: ignore[arg-type]
         return super()._evaluate(stage, module, dataloaders, ckpt_path, datamodule, return_predictions)
