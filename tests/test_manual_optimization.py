@@ -72,6 +72,33 @@ def test_manual_optimization_rejects_automatic_only_flags(tmp_path: Path) -> Non
         _fit(tmp_path, gradient_clip_val=0.5)
 
 
+def test_several_optimizers_need_manual_optimization_as_in_lightning(tmp_path: Path) -> None:
+    """Two optimizers, automatic optimization: a RuntimeError at fit start naming manual optimization, as Lightning."""
+    pl = pytest.importorskip("pytorch_lightning")
+
+    class LitTwo(pl.LightningModule):  # type: ignore[misc,name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = TinyModule().net
+
+        training_step = TinyModule.training_step
+        forward = TinyModule.forward
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.net[0].parameters(), lr=0.1), torch.optim.SGD(self.net[3].parameters(), lr=0.1)
+
+    class Two(TinyModule):
+        configure_optimizers = LitTwo.configure_optimizers
+
+    flags = {"max_epochs": 1, "logger": False, "enable_progress_bar": False}
+    with pytest.raises(RuntimeError, match="manual optimization"):
+        pl.Trainer(enable_checkpointing=False, default_root_dir=tmp_path / "pl", **flags).fit(LitTwo(), loader())
+    trainer = interlock.Trainer(default_root_dir=tmp_path / "il", **flags)
+    with pytest.raises(RuntimeError, match=r"returned 2 optimizers.*automatic_optimization = False"):
+        trainer.fit(Two(), loader())
+    assert trainer.state.global_step == 0 and not list((tmp_path / "il").rglob("*.ckpt"))
+
+
 def test_single_manual_optimizer_and_scheduler_are_returned_bare(tmp_path: Path) -> None:
     """optimizers() and lr_schedulers() return the single object (Lightning's), and the scheduler is the user's."""
     seen: list[Any] = []

@@ -353,6 +353,13 @@ def register(reg: Registry) -> None:
         def act() -> list[Update]:
             module: Any = run.module
             optimizers, schedulers = configure_optimizers(module.configure_optimizers())
+            if len(optimizers) > 1 and not is_manual(run):  # Lightning 2's rule: which would the step's loss step?
+                raise RuntimeError(
+                    f"{type(module).__name__}.configure_optimizers() returned {len(optimizers)} optimizers: training "
+                    "with several optimizers needs manual optimization (as in Lightning): set "
+                    "self.automatic_optimization = False and step them in training_step "
+                    "(opt1, opt2 = self.optimizers()), or return one optimizer over all the parameters"
+                )
             if is_manual(run):
                 cfg = run.config
                 scheduled = [x.key for x in run.listeners if getattr(x, "schedules_accumulation", False)]
