@@ -111,7 +111,9 @@ def test_trainer_attributes_read_after_fit_match_lightning(tmp_path: Path) -> No
     assert torch.equal(mine.logged_metrics["val_loss"], lit.logged_metrics["val_loss"])
 
 
-def test_returned_scalars_are_not_lightnings_callback_metrics_nor_evaluation_results(tmp_path: Path) -> None:
+def test_returned_scalars_are_not_lightnings_callback_metrics_nor_evaluation_results(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """callback_metrics and validate()/test() hold what the module logged, as in Lightning; state.metrics all."""
 
     def returning(base: Any) -> Any:
@@ -149,6 +151,10 @@ def test_returned_scalars_are_not_lightnings_callback_metrics_nor_evaluation_res
     assert seen[0] == seen[1]
     assert set(seen[0][0]) == {"logged", "not_to_loggers", "val_logged"}
     assert [set(r) for r in seen[0][1]] == [{"val_logged"}]
+    capsys.readouterr()
+    trainer.test(module, Data().val_dataloader())  # the printed table is the returned results
+    printed = capsys.readouterr().out
+    assert "test_val_returned" not in printed and "val_logged" in printed
 
 
 def test_lightning_callbacks_by_their_lightning_names_act_as_lightnings(tmp_path: Path) -> None:

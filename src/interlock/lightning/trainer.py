@@ -24,6 +24,7 @@ from interlock.core.events import Listener
 from interlock.core.module import Module
 from interlock.core.state import TrainerState, callback_metrics, logged_metrics, progress_bar_metrics
 from interlock.trainer.trainer import Trainer as NativeTrainer
+from interlock.trainer.trainer import _report
 
 __all__ = ["Trainer"]
 
@@ -220,11 +221,10 @@ class Trainer(NodeLayout, NativeTrainer):
         _weights_only(weights, stage)
         if not isinstance(verbose, bool):
             raise ValueError(f"Trainer.{stage}(verbose={verbose!r}) must be True or False")
-        native = getattr(super(), stage)
-        extra = {} if verbose else {"verbose": False}  # passed only when set: the native default is verbose
-        results = native(model, dataloaders, ckpt_path, datamodule=datamodule, **extra)
-        logged = self.state.to_loggers  # Lightning returns what the module logged; a returned scalar is not
-        return [{k: v for k, v in r.items() if logged.get(k)} for r in results]
+        results = getattr(super(), stage)(model, dataloaders, ckpt_path, datamodule=datamodule, verbose=False)
+        logged = self.state.to_loggers  # Lightning returns (and prints) what the module logged, no returned scalar
+        return _report(stage, [{k: v for k, v in r.items() if logged.get(k)} for r in results], verbose,
+                       self.hardware.strategy)  # fmt: skip
 
     # -- remember the module and the datamodule, bind the checkpoint callbacks -------------------
     def _attach(self, datamodule: Any) -> None:
