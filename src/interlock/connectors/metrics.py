@@ -107,8 +107,7 @@ def register(reg: Registry) -> None:
             metrics = scalars(outputs, "train")
             if metrics and run.dist is not None and run.dist.reduce_metrics is not None:
                 metrics = run.dist.reduce_metrics(metrics)
-            logs = run.facts.to_loggers  # every name the module logged (on step too)
-            returned = {k: False for k in metrics if k not in logged.values and k not in logs}  # not Lightning's
+            returned = logged.returned(metrics, run.facts)  # not Lightning's callback_metrics
             metrics.update(logged.values)
             c = run.counters
             kept = {k: v for k, v in metrics.items() if k not in logged.hidden}

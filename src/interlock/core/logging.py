@@ -273,6 +273,14 @@ class EpochLogged(NamedTuple):
         """Whether the loggers get each name (``state.to_loggers``)."""
         return {k: k not in self.hidden for k in self.values}
 
+    def returned(self, metrics: Mapping[str, float], state: TrainerState) -> dict[str, bool]:
+        """``{name: False}`` for the names in ``metrics`` the module never logged (scalars a step returned).
+
+        Lightning's ``callback_metrics`` leave those out (``LogMetrics(to_callbacks=...)``); a name logged
+        on step is in ``state.to_loggers``, one logged on epoch in :attr:`values`.
+        """
+        return {k: False for k in metrics if k not in self.values and k not in state.to_loggers}
+
 
 def epoch_values(state: TrainerState, loop: str, computed: Mapping[str, float] | None = None) -> EpochLogged:
     """``loop``'s epoch-level logged values, with the names to sync, keep from loggers and show on the bar.

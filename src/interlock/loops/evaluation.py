@@ -311,22 +311,21 @@ def register(reg: Registry) -> None:
             if reduce is not None:
                 metrics = reduce(metrics)
             logged = logged_values(run, "eval")
-            logs = run.facts.to_loggers  # scalars the steps returned, under a name the module never logged
-            returned = {k for k in metrics if k not in logged.values and k not in logs}
+            returned = logged.returned(metrics, run.facts)  # not Lightning's callback_metrics
             metrics.update(logged.values)
             hidden, shown, loggers = logged.hidden, logged.shown, logged.to_loggers
             idx = run.counters.eval_loader
             if loader_count(run.feeds, key) > 1:
                 _no_repeat(logged.plain, run.facts.loader_results[:idx], idx)
                 metrics = {logged.loader_name(k, idx): v for k, v in metrics.items()}
-                returned = {logged.loader_name(k, idx) for k in returned}
+                returned = {logged.loader_name(k, idx): v for k, v in returned.items()}
                 named = logged.for_loader(idx)
                 hidden, shown, loggers = named.hidden, named.shown, named.to_loggers
             c = run.counters
             kept = {k: v for k, v in metrics.items() if k not in hidden}
             row = {"stage": prefix, "epoch": c.epoch, "global_step": c.global_step, **kept}
             return [
-                LogMetrics(metrics, shown, loggers, dict.fromkeys(returned, False)),
+                LogMetrics(metrics, shown, loggers, returned),
                 AppendHistory(row),
                 AddEvalSums(None),
                 AddLogged(clear="eval"),
