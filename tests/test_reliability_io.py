@@ -726,3 +726,43 @@ def test_disk_full_while_logging_fails_the_run_through_the_chart(
         trainer.fit(TinyModule(), loader(), loader())
     assert trainer.state.status == "failed" and trainer.state.chart == "failed"
     assert not list(tmp_path.rglob("*.tmp"))
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (every write: ENOSPC)")
+def test_a_trace_on_a_full_disk_fails_once_with_the_error_that_says_what_to_do(tmp_path: Path) -> None:
+    """The trace's write fails: OutputError naming enable_trace=False, and no bare OSError later (close, exit)."""
+    from _together import run_script
+
+    done = run_script(
+        tmp_path,
+        textwrap.dedent(
+            """
+            import sys
+            import torch
+            from torch.utils.data import DataLoader, TensorDataset
+            import interlock
+            from interlock.core.errors import OutputError
+            from interlock.listeners import EventTrace
+
+            class M(interlock.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.net = torch.nn.Linear(2, 1)
+                def training_step(self, batch, batch_idx):
+                    return self.net(batch[0]).pow(2).mean()
+                def configure_optimizers(self):
+                    return torch.optim.SGD(self.parameters(), lr=0.1)
+
+            trainer = interlock.Trainer(max_epochs=1, enable_trace=False, enable_checkpointing=False, logger=False,
+                                        enable_progress_bar=False, default_root_dir=sys.argv[1],
+                                        listeners=[EventTrace(path="/dev/full")])
+            try:
+                trainer.fit(M(), DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4))
+            except OutputError as exc:
+                print("raised:", exc)
+            """
+        ),
+    )
+    assert done.returncode == 0, done.stderr
+    assert "raised: could not write the event trace /dev/full" in done.stdout and "enable_trace=False" in done.stdout
+    assert "OSError" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr

@@ -6,6 +6,7 @@ formats (:mod:`interlock.core.traceformat`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import operator
@@ -336,11 +337,17 @@ class EventTrace(Listener):
         rows.clear()
 
     def close(self) -> None:
-        """Close the file (the next write reopens it)."""
+        """Close the file (the next write reopens it).
+
+        Lines a failed write left in the file's buffer are dropped: that write already raised
+        :class:`OutputError`, and a close retrying it (at the run's end, or at interpreter exit) would
+        print a second, bare ``OSError`` after the error that says what to do.
+        """
         out = getattr(self, "_out", None)  # absent when __init__ refused its arguments
         if out is not None:
-            out.close()
             self._out = None
+            with contextlib.suppress(OSError):
+                out.close()
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_out": None, "_packer": None}
