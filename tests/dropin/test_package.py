@@ -191,7 +191,7 @@ def test_lightning_callbacks_by_their_lightning_names_act_as_lightnings(tmp_path
 
 
 def test_trainer_refuses_writes_naming_the_interlock_way(tmp_path: Path) -> None:
-    """Setting a read-only attribute raises; should_stop names interlock.Stop; save_checkpoint names SaveCheckpoint."""
+    """Setting a read-only attribute raises; should_stop names interlock.Stop; save_checkpoint before a fit says so."""
     trainer = il.Trainer(default_root_dir=str(tmp_path), enable_progress_bar=False)
     with pytest.raises(AttributeError, match=r"Stop"):
         trainer.should_stop = True  # type: ignore[misc]
@@ -200,8 +200,38 @@ def test_trainer_refuses_writes_naming_the_interlock_way(tmp_path: Path) -> None
     for flag in ("limit_val_batches", "accumulate_grad_batches", "num_sanity_val_steps", "gradient_clip_algorithm"):
         with pytest.raises(AttributeError, match=rf"trainer\.{flag} is read-only"):
             setattr(trainer, flag, 0)
-    with pytest.raises(RuntimeError, match=r"SaveCheckpoint"):
+    with pytest.raises(RuntimeError, match=r"no fit has finished"):
         trainer.save_checkpoint(tmp_path / "x.ckpt")
+
+
+def test_save_checkpoint_after_fit_is_continued_as_lightnings(tmp_path: Path) -> None:
+    """trainer.save_checkpoint(path) after fit: load_from_checkpoint and a longer fit from it end as Lightning's."""
+    outcomes = []
+    for trainer_cls, module_cls in ((pl.Trainer, LitRegression), (il.Trainer, Regression)):
+        root = tmp_path / trainer_cls.__module__.split(".")[0]
+        flags: dict[str, Any] = {
+            "default_root_dir": str(root),
+            "logger": False,
+            "enable_checkpointing": False,
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+        }
+        torch.manual_seed(0)
+        model = module_cls()
+        trainer = trainer_cls(max_epochs=2, **flags)
+        trainer.fit(model, Data().train_dataloader(), Data().val_dataloader())
+        path = root / "kept" / "final.ckpt"  # a folder that does not exist yet: made, as Lightning does
+        trainer.save_checkpoint(path)
+        loaded = module_cls.load_from_checkpoint(path)
+        torch.manual_seed(1)
+        resumed = module_cls()
+        longer = trainer_cls(max_epochs=4, **flags)
+        longer.fit(resumed, Data().train_dataloader(), Data().val_dataloader(), ckpt_path=str(path))
+        outcomes.append((longer.current_epoch, longer.global_step, harness.weights(loaded), harness.weights(resumed)))
+    (lit_epoch, lit_step, lit_loaded, lit_resumed), (epoch, step, loaded, resumed) = outcomes
+    assert (epoch, step) == (lit_epoch, lit_step) == (4, 16)
+    assert harness.differences(loaded, lit_loaded) == []
+    assert harness.differences(resumed, lit_resumed) == []
 
 
 def test_a_checkpoint_callback_read_before_it_ran_says_how() -> None:

@@ -78,12 +78,14 @@ def dump(
     strategy: Strategy | None = None,
     callbacks: Callable[[dict[str, Any]], None] | None = None,
     history: Mapping[str, Any] | None = None,
+    rng: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Everything needed to continue the run, as plain data and tensors.
 
     ``callbacks`` adds the Lightning callbacks' state and runs their on_save_checkpoint, before the module's.
     ``history``: the fingerprint of the history rows written to the run directory
     (:mod:`interlock.connectors.history`); the checkpoint then holds it instead of the rows.
+    ``rng``: the RNG states to keep (default: the global ones now).
     ``strategy`` gathers the model and optimizer state (full, even when sharded);
     with it this is a collective call: every rank must make it. In one process the
     gradients are kept too, for a save between the batches of one accumulation
@@ -104,7 +106,7 @@ def dump(
         "optimizers": [strategy.optimizer_state_dict(module, o) for o in optimizers],
         "schedulers": [s.scheduler.state_dict() for s in schedulers],
         "precision": dict(precision_state),
-        "rng": get_rng_states(),
+        "rng": dict(rng) if rng is not None else get_rng_states(),
         "grads": (
             {name: p.grad for name, p in module.named_parameters() if p.grad is not None}
             if strategy.world_size == 1
@@ -351,17 +353,24 @@ def _continue(run: Run) -> Update | None:
     return RestoreState(state.replace(chart=resume_at))
 
 
-def write_checkpoint(run: Run, path: str) -> None:
+def write_checkpoint(run: Run, path: str, weights_only: bool = False, rng: Mapping[str, Any] | None = None) -> None:
     """Write a full checkpoint of ``run`` as it is now, its metric history inside the file; wait until it is durable.
 
-    What a replay's ``save`` writes: the file stands alone (no ``history.jsonl`` beside it is needed).
-    A collective under DDP/FSDP, as every save.
+    What a replay's ``save`` and ``Trainer.save_checkpoint`` after a fit write: the file stands alone
+    (no ``history.jsonl`` beside it is needed). ``rng``: the RNG states to keep (default: the global
+    ones now). A collective under DDP/FSDP, as every save.
     """
-    _write(run, path, embed_history=True)
+    _write(run, path, weights_only, embed_history=True, rng=rng)
     run.checkpoint.io.wait()
 
 
-def _write(run: Run, path: str, weights_only: bool = False, embed_history: bool = False) -> None:
+def _write(
+    run: Run,
+    path: str,
+    weights_only: bool = False,
+    embed_history: bool = False,
+    rng: Mapping[str, Any] | None = None,
+) -> None:
     """Gather the checkpoint (a collective under DDP/FSDP) and write it on rank 0 (the weights and state only)."""
     state = run.state
     train = run.feeds.get("train")
@@ -386,6 +395,7 @@ def _write(run: Run, path: str, weights_only: bool = False, embed_history: bool 
         strategy,
         (lambda payload: save_callbacks(run, payload)) if run.callbacks and not weights_only else None,
         history,
+        rng,
     )
     if weights_only:  # Lightning's save_weights_only: no optimizer, scheduler or gradient state
         payload.update(optimizers=[], schedulers=[], grads={}, weights_only=True)

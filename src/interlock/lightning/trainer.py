@@ -244,7 +244,7 @@ class Trainer(NodeLayout, NativeTrainer):
             if callable(bind):
                 bind(lambda: self.state)
 
-    def _launch(self, module: Module, call: Any) -> Any:
+    def _launch(self, module: Module, call: Any, fit: bool = False) -> Any:
         self._bind(module)
 
         def keeping(session: Any) -> Any:  # what the stage configured, for trainer.optimizers after it
@@ -254,7 +254,7 @@ class Trainer(NodeLayout, NativeTrainer):
                 if session.optimizers or session.schedulers:
                     self.__dict__["_configured"] = (session.optimizers, session.schedulers)
 
-        return super()._launch(module, keeping)
+        return super()._launch(module, keeping, fit)
 
     def _evaluate(
         self,
@@ -462,14 +462,6 @@ class Trainer(NodeLayout, NativeTrainer):
             instead = _SETTABLE.get(name, "configure it with a Trainer flag, or return an update from a listener")
             raise AttributeError(f"trainer.{name} is read-only in interlock (the state is frozen): {instead}")
         super().__setattr__(name, value)
-
-    def save_checkpoint(self, filepath: str | os.PathLike[str], weights_only: bool = False) -> None:
-        """Refused outside a run: a listener returns ``interlock.SaveCheckpoint(path)`` to save at its moment."""
-        raise RuntimeError(
-            f"trainer.save_checkpoint({str(filepath)!r}) from outside a run is not supported: return "
-            "interlock.SaveCheckpoint(path) from a listener (or a Lightning Callback) at the moment to save, or "
-            "use the ModelCheckpoint's files"
-        )
 
 
 class CheckpointView:

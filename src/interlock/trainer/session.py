@@ -15,6 +15,7 @@ from typing import Any
 import attrs
 
 from interlock.connectors.data import Feed, loader_count, split_loaders
+from interlock.connectors.finished import FinishedFit, keep_finished
 from interlock.connectors.hardware import HardwareSlot
 from interlock.connectors.replayto import FOLLOW_SOURCE
 from interlock.connectors.rundir import release_run_dir
@@ -69,6 +70,8 @@ class Session:
     #: the optimizers and LR schedulers the stage's run configured (read after it, as Lightning's trainer offers them)
     optimizers: list[Any] = attrs.field(factory=list)
     schedulers: list[Any] = attrs.field(factory=list)
+    #: a fit's run kept for ``Trainer.save_checkpoint`` after it, or why it could not be (``None``: no fit ran)
+    fitted: FinishedFit | str | None = None
 
     def run(
         self,
@@ -117,6 +120,8 @@ class Session:
         finally:  # the chart's teardown releases it; this covers a teardown that failed before it could
             self.optimizers, self.schedulers = list(run.optimizers), list(run.schedulers)
             release_run_dir(run)
+            if stage == "fit":
+                self.fitted = keep_finished(run, self.runtime.state, self.hardware.strategy)
             bus = self.runtime.bus  # a replay-to follower whose target the stage never reached
             if any(s.startswith(f"{FOLLOW_SOURCE}.") for s in bus.observer_sources()):
                 bus.remove_sources({FOLLOW_SOURCE})

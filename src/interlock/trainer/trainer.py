@@ -10,6 +10,7 @@ from typing import Any, Literal
 from interlock.connectors.best import best_checkpoint
 from interlock.connectors.callbacks import batch_end_handler
 from interlock.connectors.checkpoint import check_ckpt_path
+from interlock.connectors.finished import NO_FIT, FinishedFit, keep_finished
 from interlock.connectors.hardware import resolve_hardware
 from interlock.connectors.rundir import next_run_dir
 from interlock.connectors.torch_flags import check_deterministic, set_torch_flags
@@ -293,11 +294,12 @@ class Trainer:
                 bind(checkpoints)
         return loggers
 
-    def _launch(self, module: Module, call: Callable[[Session], Any]) -> Any:
+    def _launch(self, module: Module, call: Callable[[Session], Any], fit: bool = False) -> Any:
         """Run ``call`` through the strategy's launcher.
 
         A launcher that starts new processes sends rank 0's result, state and
-        weights back, so ``module`` and ``self.state`` end as the run did.
+        weights back, so ``module`` and ``self.state`` end as the run did. After a
+        ``fit``, what :meth:`save_checkpoint` can write (or why not) is kept.
         """
         self.__dict__["_module"] = module  # what a later validate/test/predict without a module runs
         logged = module.__dict__.get("_log_hyperparams", True)  # save_hyperparameters(logger=False): not logged
@@ -308,17 +310,38 @@ class Trainer:
                 bind(hparams)
         self._attach_module_callbacks(module)
         session, strategy = self._session(), self.hardware.strategy
-        if not strategy.launches_processes:
-            return strategy.launch(call, session)
+        if fit:
+            self.__dict__["_fitted"] = _DURING_FIT
+        try:
+            if not strategy.launches_processes:
+                return strategy.launch(call, session)
 
-        def child() -> tuple[Any, dict[str, Any], dict[str, Any]]:
-            result = call(session)
-            return result, self.runtime.state.to_dict(), strategy.model_state_dict(module)  # gathered if sharded
+            def child() -> tuple[Any, dict[str, Any], dict[str, Any]]:
+                result = call(session)
+                return result, self.runtime.state.to_dict(), strategy.model_state_dict(module)  # gathered if sharded
 
-        result, state, weights = strategy.launch(child)
-        module.load_state_dict(weights)
-        self.runtime.restore(TrainerState.from_dict(state))
-        return result
+            result, state, weights = strategy.launch(child)
+            module.load_state_dict(weights)
+            self.runtime.restore(TrainerState.from_dict(state))
+            return result
+        finally:
+            if fit:
+                spawned = strategy.launches_processes
+                kept = keep_finished(None, self.state, strategy) if spawned else session.fitted
+                self.__dict__["_fitted"] = kept or "the last fit stopped before it started"
+
+    def save_checkpoint(self, filepath: str | os.PathLike[str], weights_only: bool = False) -> None:
+        """Write the checkpoint of the last fit as it ended, as Lightning's ``trainer.save_checkpoint`` after fit.
+
+        It holds the fit's final state, optimizer, scheduler and data position, and the module's
+        weights as they are now; ``fit(ckpt_path=filepath)`` with a larger ``max_epochs`` continues it
+        exactly, and ``Module.load_from_checkpoint`` reads it. ``weights_only``: no optimizer or
+        scheduler state. During a fit, a listener returns ``interlock.SaveCheckpoint(path)`` instead.
+        """
+        kept = self.__dict__.get("_fitted", NO_FIT)
+        if not isinstance(kept, FinishedFit):
+            raise RuntimeError(f"trainer.save_checkpoint({str(filepath)!r}): {kept}")
+        kept.save(filepath, weights_only)
 
     # -- entry points -----------------------------------------------------------------
     def fit(
@@ -352,7 +375,7 @@ class Trainer:
                 f"train_dataloader() on {type(module).__name__}"
             )
         return self._launch(  # type: ignore[no-any-return]
-            module, lambda s: s.fit(module, train_dataloaders, val_dataloaders, ckpt_path, datamodule)
+            module, lambda s: s.fit(module, train_dataloaders, val_dataloaders, ckpt_path, datamodule), fit=True
         )
 
     def validate(
@@ -459,6 +482,12 @@ class Trainer:
 
 
 _COMPILED = ("forward", "training_step", "validation_step", "test_step", "predict_step")
+
+
+_DURING_FIT = (
+    "a fit is running; to save at a moment of the run, return interlock.SaveCheckpoint(path) from a listener "
+    "(a Lightning callback's trainer.save_checkpoint(path) does so)"
+)
 
 
 def _module_listeners(owner: str, items: list[Any]) -> list[Listener]:
