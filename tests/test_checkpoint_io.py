@@ -25,8 +25,10 @@ from interlock.core.errors import CheckpointError
 from interlock.plugins.checkpoint_io import (
     FORMAT_VERSION,
     MAGIC,
+    TRAILER_BYTES,
     TorchCheckpointIO,
     check_serializable,
+    frame,
 )
 
 IO = TorchCheckpointIO()
@@ -41,9 +43,9 @@ def snapshot(root: Path) -> dict[str, bytes | None]:
     return {str(p.relative_to(root)): (None if p.is_dir() else p.read_bytes()) for p in sorted(root.rglob("*"))}
 
 
-def raw_file(path: Path, payload: bytes, **overrides: Any) -> Path:
-    """Write a file in the interlock layout around an arbitrary payload, with a matching hash by default."""
-    header = {
+def header_for(payload: bytes, **overrides: Any) -> dict[str, Any]:
+    """A header for ``payload`` with a matching hash and length unless overridden."""
+    return {
         "format": "interlock-checkpoint",
         "version": FORMAT_VERSION,
         "sha256": hashlib.sha256(payload).hexdigest(),
@@ -51,6 +53,17 @@ def raw_file(path: Path, payload: bytes, **overrides: Any) -> Path:
         "created": "2024-01-01T00:00:00.000+00:00",
         **overrides,
     }
+
+
+def raw_file(path: Path, payload: bytes, **overrides: Any) -> Path:
+    """Write a file in the interlock layout around an arbitrary payload, with a matching hash by default."""
+    path.write_bytes(frame(payload, header_for(payload, **overrides)))
+    return path
+
+
+def version_1_file(path: Path, payload: bytes, **overrides: Any) -> Path:
+    """Write a file in format version 1's layout: MAGIC and the header line first, then the payload."""
+    header = header_for(payload, **{"version": 1, **overrides})
     path.write_bytes(MAGIC + json.dumps(header).encode() + b"\n" + payload)
     return path
 
@@ -174,17 +187,29 @@ def test_round_trip_of_torch_metadata_types(tmp_path: Path) -> None:
     assert torch.equal(out["view"], torch.tensor([2.0, 3.0, 4.0]))
 
 
-def test_file_layout_is_magic_header_line_then_torch_payload(saved: Path) -> None:
-    """The file is MAGIC, a JSON header line with version/hash/length, then a plain torch.save payload."""
+def test_file_layout_is_torch_payload_then_magic_and_header_line(saved: Path) -> None:
+    """The file is a plain torch.save payload, then MAGIC and a padded JSON header line with version/hash/length."""
     data = saved.read_bytes()
-    assert data.startswith(MAGIC)
-    line, payload = data[len(MAGIC) :].split(b"\n", 1)
-    header = json.loads(line)
+    payload, trailer = data[:-TRAILER_BYTES], data[-TRAILER_BYTES:]
+    assert trailer.startswith(MAGIC) and trailer.endswith(b"\n")
+    header = json.loads(trailer[len(MAGIC) :])
     assert header["version"] == FORMAT_VERSION
     assert header["format"] == "interlock-checkpoint"
     assert header["payload_bytes"] == len(payload)
     assert header["sha256"] == hashlib.sha256(payload).hexdigest()
     assert torch.load(io.BytesIO(payload), weights_only=True)["step"] == 7
+    assert same(torch.load(saved, weights_only=True), SAMPLE)  # torch reads the file as it is
+
+
+def test_version_1_files_still_load(tmp_path: Path) -> None:
+    """A file in the earlier layout (header first) loads, and its header reads, as before."""
+    path = version_1_file(tmp_path / "old.ckpt", torch_bytes(SAMPLE))
+    assert same(IO.load_checkpoint(path), SAMPLE)
+    assert IO.read_header(path)["version"] == 1
+    with pytest.raises(CheckpointError, match="altered or corrupted"):
+        IO.load_checkpoint(version_1_file(tmp_path / "bad.ckpt", torch_bytes(SAMPLE), sha256="0" * 64))
+    with pytest.raises(CheckpointError, match="does not match where its header is"):
+        IO.load_checkpoint(version_1_file(tmp_path / "mixed.ckpt", torch_bytes(SAMPLE), version=2))
 
 
 @pytest.mark.parametrize("mmap_works", [True, False])
@@ -204,7 +229,7 @@ def test_large_checkpoint_hash_matches_file(tmp_path: Path, monkeypatch: pytest.
     }
     path = tmp_path / "big.ckpt"
     IO.save_checkpoint(ckpt, path)
-    payload = path.read_bytes().split(b"\n", 2)[2]
+    payload = path.read_bytes()[:-TRAILER_BYTES]
     assert IO.read_header(path)["sha256"] == hashlib.sha256(payload).hexdigest()
     assert same(IO.load_checkpoint(path), ckpt)
 
@@ -226,7 +251,7 @@ def test_read_header_does_not_unpickle(saved: Path, monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(torch, "load", forbidden)
     header = IO.read_header(saved)
-    payload = saved.read_bytes().split(b"\n", 2)[2]
+    payload = saved.read_bytes()[:-TRAILER_BYTES]
     assert header["version"] == FORMAT_VERSION
     assert header["sha256"] == hashlib.sha256(payload).hexdigest()
     assert header["payload_bytes"] == len(payload)
@@ -256,6 +281,14 @@ BAD_FILES = {
     "empty": (_write(b""), r"bad is an empty file"),
     "cut in magic": (_write(MAGIC[:5]), r"bad is truncated"),
     "cut in header": (_write(MAGIC + b'{"format": "interl'), r"bad is truncated inside its header"),
+    "cut in payload": (
+        _write(torch_bytes({"a": 1})[:-30]),
+        r"bad is truncated: .*ends before the trailer",
+    ),
+    "cut in trailer": (
+        lambda p: _write(raw_file(p, torch_bytes({})).read_bytes()[:-3])(p),
+        r"truncated inside its trailer",
+    ),
     "plain torch.save": (_plain_torch, r"not an interlock checkpoint \(it looks like a plain torch.save file"),
     "legacy torch.save": (_legacy_torch, r"not an interlock checkpoint \(it looks like a raw pickle"),
     "text": (_write(b"hello, this is text\n"), r"not an interlock checkpoint \(it looks like a text file"),
@@ -269,7 +302,7 @@ BAD_FILES = {
         r"bad is truncated: its payload has",
     ),
     "hash mismatch": (lambda p: raw_file(p, torch_bytes({}), sha256="0" * 64), r"altered or corrupted"),
-    "trailing bytes": (lambda p: _write(raw_file(p, torch_bytes({})).read_bytes() + b"!")(p), r"altered"),
+    "trailing bytes": (lambda p: _write(raw_file(p, torch_bytes({})).read_bytes() + b"!")(p), r"1 bytes after its"),
     "garbage payload": (lambda p: raw_file(p, b"garbage" * 10), r"bad"),
     "not a dict": (lambda p: raw_file(p, torch_bytes([1, 2])), r"holds a list, not a dict"),
 }
@@ -336,8 +369,7 @@ def test_truncation_anywhere_is_detected(saved: Path, shared_dir: Path, data: st
 def test_any_flipped_payload_byte_is_detected(saved: Path, shared_dir: Path, data: st.DataObject) -> None:
     """Changing any byte of the payload is reported as altered or corrupted."""
     full = bytearray(saved.read_bytes())
-    start = full.index(b"\n", len(MAGIC)) + 1
-    pos = data.draw(st.integers(start, len(full) - 1), label="pos")
+    pos = data.draw(st.integers(0, len(full) - TRAILER_BYTES - 1), label="pos")
     full[pos] ^= data.draw(st.integers(1, 255), label="xor")
     path = shared_dir / "flipped.ckpt"
     path.write_bytes(bytes(full))

@@ -307,7 +307,7 @@ def test_inspect_prints_checkpoint_json(preempted: dict[str, Any], capsys: pytes
     """`interlock inspect` shows state, progress, listener states, RNG kinds and tensors as [shape, dtype]."""
     assert main(["inspect", str(preempted["ckpt"])]) == 0
     info = json.loads(capsys.readouterr().out)
-    assert info["header"]["format"] == "interlock-checkpoint" and info["format"] == "interlock.checkpoint/1"
+    assert info["header"]["format"] == "interlock-checkpoint" and info["format"] == "interlock.checkpoint/2"
     assert info["chart"] == "fit.train.batch.end" and info["stage"] == "fit"
     assert (info["epoch"], info["global_step"]) == (0, 3) and info["history_length"] == 0
     assert info["model"]["net.0.weight"] == [[128, 64], "float32"]

@@ -40,12 +40,12 @@ def test_fsdp_checkpoint_is_an_ordinary_interlock_checkpoint(fsdp_run: Any) -> N
     out, _ = fsdp_run
     ckpt = TorchCheckpointIO().load_checkpoint(out / "fsdp_final_full.ckpt")
     module = DigitsClassifier(hidden=32)
-    assert {k: v.shape for k, v in ckpt["model"].items()} == {k: v.shape for k, v in module.state_dict().items()}
-    assert all(type(v) is torch.Tensor for v in ckpt["model"].values())
+    assert {k: v.shape for k, v in ckpt["state_dict"].items()} == {k: v.shape for k, v in module.state_dict().items()}
+    assert all(type(v) is torch.Tensor for v in ckpt["state_dict"].values())
     optimizer = module.configure_optimizers()["optimizer"]
     state = ckpt_connector.restore(ckpt, module, [optimizer], [], "fsdp_final_full.ckpt")
     assert state.global_step == 24
-    assert all(torch.equal(module.state_dict()[k], v) for k, v in ckpt["model"].items())
+    assert all(torch.equal(module.state_dict()[k], v) for k, v in ckpt["state_dict"].items())
     assert set(optimizer.state_dict()["state"]) == {0, 1, 2, 3}
 
 
@@ -55,8 +55,8 @@ def test_fsdp_resume_from_a_mid_run_checkpoint_is_exact(fsdp_run: Any) -> None:
     io = TorchCheckpointIO()
     full = io.load_checkpoint(out / "fsdp_final_full.ckpt")
     resumed = io.load_checkpoint(out / "fsdp_final_resumed.ckpt")
-    for key, value in full["model"].items():
-        torch.testing.assert_close(resumed["model"][key], value, rtol=0, atol=1e-6)
+    for key, value in full["state_dict"].items():
+        torch.testing.assert_close(resumed["state_dict"][key], value, rtol=0, atol=1e-6)
     for r in results:
         assert r["resumed_val_losses"] == pytest.approx(r["val_losses"], abs=1e-6)
 

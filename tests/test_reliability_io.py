@@ -10,7 +10,6 @@ from __future__ import annotations
 import errno
 import hashlib
 import io
-import json
 import os
 import signal
 import socket
@@ -40,7 +39,7 @@ from interlock.connectors.checkpoint import CHECKPOINT_FORMAT
 from interlock.core.errors import CheckpointError, OutputError
 from interlock.listeners import CSVLogger
 from interlock.plugins import checkpoint_io
-from interlock.plugins.checkpoint_io import FORMAT_VERSION, MAGIC, MAX_NODES, TorchCheckpointIO, check_bounded
+from interlock.plugins.checkpoint_io import FORMAT_VERSION, MAGIC, MAX_NODES, TorchCheckpointIO, check_bounded, frame
 
 SRC = Path(interlock.__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
@@ -81,7 +80,7 @@ def framed(path: Path, obj: Any, deep: int = 0) -> Path:
         "payload_bytes": len(payload),
         "created": "2024-01-01T00:00:00.000+00:00",
     }
-    path.write_bytes(MAGIC + json.dumps(header).encode() + b"\n" + payload)
+    path.write_bytes(frame(payload, header))
     return path
 
 
@@ -326,7 +325,7 @@ def test_inspect_refuses_bad_trees_before_walking_them(
         raise AssertionError("inspect walked the checkpoint before its size was checked")
 
     monkeypatch.setattr(inspect_module, "plain", walked)
-    ckpt = {"format": CHECKPOINT_FORMAT, "state": {"metrics": {"m": BAD_TREES[case]()}}, "model": {}}
+    ckpt = {"format": CHECKPOINT_FORMAT, "state": {"metrics": {"m": BAD_TREES[case]()}}, "state_dict": {}}
     path = framed(tmp_path / f"{case}.ckpt", ckpt, deep=5000 if case == "deep" else 0)
     assert main(["inspect", str(path)]) == 2
     err = capsys.readouterr().err
@@ -336,7 +335,7 @@ def test_inspect_refuses_bad_trees_before_walking_them(
 def test_inspect_of_a_bomb_exits_2_in_a_real_process(tmp_path: Path) -> None:
     """The real `interlock inspect` process on a 2**60 bomb ends with status 2 instead of running forever."""
     path = framed(
-        tmp_path / "bomb.ckpt", {"format": CHECKPOINT_FORMAT, "state": {"metrics": {"m": bomb(60)}}, "model": {}}
+        tmp_path / "bomb.ckpt", {"format": CHECKPOINT_FORMAT, "state": {"metrics": {"m": bomb(60)}}, "state_dict": {}}
     )
     try:
         done = run_cli("inspect", str(path), timeout=90)
@@ -399,7 +398,7 @@ def test_inspect_into_a_closed_pipe_exits_141_quietly(tmp_path: Path, tensors: i
     status 141 and prints no traceback (whether it fails in print or in the final flush)."""
     path = tmp_path / "c.ckpt"
     model = {f"layer{i}.weight": torch.zeros(2, 2) for i in range(tensors)}
-    TorchCheckpointIO().save_checkpoint({"format": CHECKPOINT_FORMAT, "state": {}, "model": model}, path)
+    TorchCheckpointIO().save_checkpoint({"format": CHECKPOINT_FORMAT, "state": {}, "state_dict": model}, path)
     proc = subprocess.Popen(
         [sys.executable, "-m", "interlock.cli", "inspect", str(path)],
         env=ENV,
@@ -421,7 +420,7 @@ def test_inspect_into_a_closed_pipe_exits_141_quietly(tmp_path: Path, tensors: i
 def test_main_returns_141_when_stdout_breaks(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """In-process: a BrokenPipeError from printing becomes status 141, not an exception."""
     path = tmp_path / "c.ckpt"
-    TorchCheckpointIO().save_checkpoint({"format": CHECKPOINT_FORMAT, "state": {}, "model": {}}, path)
+    TorchCheckpointIO().save_checkpoint({"format": CHECKPOINT_FORMAT, "state": {}, "state_dict": {}}, path)
 
     class Closed(io.StringIO):
         def write(self, text: str) -> int:
@@ -516,8 +515,11 @@ near_misses = st.one_of(
 )
 entries = st.lists(
     st.one_of(
-        st.tuples(temp_names, st.sampled_from(["magic", "magic prefix", "empty", "not ours", "dir", "link"])),
-        st.tuples(near_misses, st.sampled_from(["magic", "empty"])),
+        st.tuples(
+            temp_names,
+            st.sampled_from(["magic", "magic prefix", "zip", "zip prefix", "empty", "not ours", "dir", "link"]),
+        ),
+        st.tuples(near_misses, st.sampled_from(["magic", "zip", "empty"])),
     ),
     max_size=8,
     unique_by=lambda e: e[0],
@@ -544,7 +546,14 @@ def test_the_first_save_into_a_directory_removes_only_abandoned_interlock_temp_f
             elif content == "link":
                 path.symlink_to(outside)
             else:
-                data = {"magic": MAGIC + b"x" * 600, "magic prefix": MAGIC[:5], "empty": b"", "not ours": b"hello"}
+                data = {
+                    "magic": MAGIC + b"x" * 600,  # format version 1 began with MAGIC
+                    "magic prefix": MAGIC[:5],
+                    "zip": b"PK\x03\x04" + b"x" * 600,  # version 2 begins with the torch.save payload
+                    "zip prefix": b"PK",
+                    "empty": b"",
+                    "not ours": b"hello",
+                }
                 path.write_bytes(data[content])
                 if content != "not ours" and checkpoint_io._TEMP_NAME.fullmatch(name):
                     expected_gone.add(name)

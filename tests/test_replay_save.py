@@ -300,7 +300,7 @@ def cli_finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 def _final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
-    return dict(TorchCheckpointIO().load_checkpoint(run_dir / "checkpoints" / "last.ckpt")["model"])
+    return dict(TorchCheckpointIO().load_checkpoint(run_dir / "checkpoints" / "last.ckpt")["state_dict"])
 
 
 def test_cli_replay_saves_a_mid_batch_transition_and_fit_resumes_it_bitwise(

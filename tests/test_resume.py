@@ -24,7 +24,7 @@ from _resume_worker import ahead, compare, go, reference, stop, worker
 from conftest import TinyModule, loader, only
 from interlock import CheckpointError, SaveCheckpoint
 from interlock.listeners.checkpoint import ModelCheckpoint
-from interlock.plugins.checkpoint_io import MAGIC, TorchCheckpointIO
+from interlock.plugins.checkpoint_io import TorchCheckpointIO, frame
 
 IO = TorchCheckpointIO()
 #: Every event of the worker's fit before it ends (the run can be interrupted at any of them); its module skips no
@@ -260,11 +260,9 @@ def _frame(payload: bytes, like: Path) -> bytes:
     """``payload`` in a well-formed interlock frame (header with its true length and hash), modelled on ``like``."""
     import hashlib
 
-    data = like.read_bytes()
-    line = data[len(MAGIC) : data.index(b"\n", len(MAGIC)) + 1]
-    header = json.loads(line)
+    header = TorchCheckpointIO().read_header(like)
     header.update(sha256=hashlib.sha256(payload).hexdigest(), payload_bytes=len(payload))
-    return MAGIC + json.dumps(header, sort_keys=True).encode().ljust(len(line) - 1) + b"\n" + payload
+    return frame(payload, header)
 
 
 class _Evil:
@@ -281,13 +279,13 @@ def _bad_inputs(good: Path, d: Path) -> dict[str, tuple[Path | str, str]]:
     good_bytes = good.read_bytes()
     (d / "truncated.ckpt").write_bytes(good_bytes[: len(good_bytes) - 100])
     torch.save({"model": {}}, d / "plain.pt")
-    (d / "newer.ckpt").write_bytes(good_bytes.replace(b'"version": 1', b'"version": 9', 1))
+    (d / "newer.ckpt").write_bytes(good_bytes.replace(b'"version": 2', b'"version": 9', 1))
     ckpt = IO.load_checkpoint(good)
-    IO.save_checkpoint({**ckpt, "format": "interlock.checkpoint/2"}, d / "newer_payload.ckpt")
+    IO.save_checkpoint({**ckpt, "format": "interlock.checkpoint/3"}, d / "newer_payload.ckpt")
     IO.save_checkpoint({**ckpt, "state": {**ckpt["state"], "version": 99}}, d / "newer_state.ckpt")
     (d / "evil_raw.pkl").write_bytes(pickle.dumps({"x": _Evil(marker)}))
     evil = io.BytesIO()
-    torch.save({"format": "interlock.checkpoint/1", "x": _Evil(marker)}, evil)
+    torch.save({"format": "interlock.checkpoint/2", "x": _Evil(marker)}, evil)
     (d / "evil.ckpt").write_bytes(_frame(evil.getvalue(), good))
     (d / "a_dir").mkdir()
     return {
@@ -296,7 +294,7 @@ def _bad_inputs(good: Path, d: Path) -> dict[str, tuple[Path | str, str]]:
         "truncated": (d / "truncated.ckpt", "truncated"),
         "other format": (d / "plain.pt", "not an interlock checkpoint"),
         "newer file format": (d / "newer.ckpt", "newer interlock"),
-        "newer payload format": (d / "newer_payload.ckpt", "interlock.checkpoint/2"),
+        "newer payload format": (d / "newer_payload.ckpt", "interlock.checkpoint/3"),
         "newer state": (d / "newer_state.ckpt", "newer"),
         "malicious raw pickle": (d / "evil_raw.pkl", "not an interlock checkpoint"),
         "malicious framed pickle": (d / "evil.ckpt", "nothing in it was executed"),

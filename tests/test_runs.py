@@ -457,11 +457,11 @@ def _shape_unlike(draw: Any, shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _opt_state_shape(c: dict[str, Any], draw: Any) -> str:
-    pid = draw(st.sampled_from(sorted(c["optimizers"][0]["state"])))
-    buf = c["optimizers"][0]["state"][pid]["momentum_buffer"]
+    pid = draw(st.sampled_from(sorted(c["optimizer_states"][0]["state"])))
+    buf = c["optimizer_states"][0]["state"][pid]["momentum_buffer"]
     buf_shape = tuple(buf.shape)
-    c["optimizers"][0]["state"][pid]["momentum_buffer"] = torch.zeros(_shape_unlike(draw, buf_shape))
-    return f"optimizers[0].state[{pid!r}]['momentum_buffer']"
+    c["optimizer_states"][0]["state"][pid]["momentum_buffer"] = torch.zeros(_shape_unlike(draw, buf_shape))
+    return f"optimizer_states[0].state[{pid!r}]['momentum_buffer']"
 
 
 def _opt_other_class(c: dict[str, Any], draw: Any) -> str:
@@ -470,47 +470,47 @@ def _opt_other_class(c: dict[str, Any], draw: Any) -> str:
     opt = other(module.parameters())
     module.training_step(next(iter(loader())), 0).backward()
     opt.step()
-    c["optimizers"][0] = opt.state_dict()
-    return "optimizers[0].param_groups[0]"
+    c["optimizer_states"][0] = opt.state_dict()
+    return "optimizer_states[0].param_groups[0]"
 
 
 def _opt_groups(c: dict[str, Any], draw: Any) -> str:
-    groups = c["optimizers"][0]["param_groups"]
+    groups = c["optimizer_states"][0]["param_groups"]
     if draw(st.booleans()):
         groups[0]["params"] = groups[0]["params"][: draw(st.integers(0, len(groups[0]["params"]) - 1))]
-        return "optimizers[0].param_groups[0]"
+        return "optimizer_states[0].param_groups[0]"
     groups.append({**groups[0], "params": [99]})
-    return "optimizers[0].param_groups"
+    return "optimizer_states[0].param_groups"
 
 
 def _opt_junk(c: dict[str, Any], draw: Any) -> str:
     where = draw(st.sampled_from(["whole", "state", "entry", "value"]))
     junk = draw(st.sampled_from(["adam", 3, [1, 2], None]))
-    opt = c["optimizers"][0]
+    opt = c["optimizer_states"][0]
     if where == "whole":
-        c["optimizers"][0] = junk
-        return "optimizers[0]"
+        c["optimizer_states"][0] = junk
+        return "optimizer_states[0]"
     if where == "state":
         opt["state"] = [junk]
-        return "optimizers[0].state"
+        return "optimizer_states[0].state"
     pid = sorted(opt["state"])[0]
     if where == "entry":
         opt["state"][pid] = [junk]
-        return f"optimizers[0].state[{pid!r}]"
+        return f"optimizer_states[0].state[{pid!r}]"
     opt["state"][pid]["momentum_buffer"] = "adam" if junk is None else str(junk)
-    return f"optimizers[0].state[{pid!r}]['momentum_buffer']"
+    return f"optimizer_states[0].state[{pid!r}]['momentum_buffer']"
 
 
 def _schedulers(c: dict[str, Any], draw: Any) -> str:
     kind = draw(st.sampled_from(["list", "last_epoch", "base_lrs"]))
     if kind == "list":
-        c["schedulers"][0] = [c["schedulers"][0]]
-        return "schedulers[0]"
+        c["lr_schedulers"][0] = [c["lr_schedulers"][0]]
+        return "lr_schedulers[0]"
     if kind == "last_epoch":
-        c["schedulers"][0]["last_epoch"] = draw(st.sampled_from(["3", [3], None, {"a": 1}]))
-        return "schedulers[0]['last_epoch']"
-    c["schedulers"][0]["base_lrs"] = [0.1] * draw(st.sampled_from([0, 2, 3]))
-    return "schedulers[0]['base_lrs']"
+        c["lr_schedulers"][0]["last_epoch"] = draw(st.sampled_from(["3", [3], None, {"a": 1}]))
+        return "lr_schedulers[0]['last_epoch']"
+    c["lr_schedulers"][0]["base_lrs"] = [0.1] * draw(st.sampled_from([0, 2, 3]))
+    return "lr_schedulers[0]['base_lrs']"
 
 
 def _rng(c: dict[str, Any], draw: Any) -> str:

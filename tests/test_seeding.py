@@ -203,7 +203,7 @@ def test_cli_seeds_before_building_the_model(tmp_path: Path, capsys: pytest.Capt
         out = capsys.readouterr().out
         outputs.append(out[out.index("final metrics:") :])
         ckpt = TorchCheckpointIO().load_checkpoint(next(root.rglob("last.ckpt")))
-        weights.append(ckpt["model"])
+        weights.append(ckpt["state_dict"])
     assert outputs[0] == outputs[1]
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
 

@@ -207,17 +207,14 @@ def _framed(work: Path, name: str, obj: Any) -> None:
 
     import torch
 
-    from interlock.plugins.checkpoint_io import MAGIC
+    from interlock.plugins.checkpoint_io import TorchCheckpointIO, frame
 
-    good = _good(work).read_bytes()
-    end = good.index(b"\n", len(MAGIC)) + 1
-    header = json.loads(good[len(MAGIC) : end])
+    header = TorchCheckpointIO().read_header(_good(work))
     buffer = io.BytesIO()
     torch.save(obj, buffer)
     payload = buffer.getvalue()
     header.update(sha256=hashlib.sha256(payload).hexdigest(), payload_bytes=len(payload))
-    line = json.dumps(header, sort_keys=True).encode()
-    (work / name).write_bytes(MAGIC + line.ljust(end - len(MAGIC) - 1) + b"\n" + payload)
+    (work / name).write_bytes(frame(payload, header))
 
 
 def _bomb(depth: int) -> Any:
@@ -258,7 +255,7 @@ def _checkpoint_attempts() -> list[Attempt]:
     both(
         "malicious framed pickle",
         "evil.ckpt",
-        lambda w: _framed(w, "evil.ckpt", {"format": "interlock.checkpoint/1", "x": _Evil(str(w / "pwned"))}),
+        lambda w: _framed(w, "evil.ckpt", {"format": "interlock.checkpoint/2", "x": _Evil(str(w / "pwned"))}),
         "evil.ckpt",
     )
     both("random bytes", "noise.ckpt", lambda w: (w / "noise.ckpt").write_bytes(os.urandom(4096)), "noise.ckpt")

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from interlock.connectors.checkpoint import CHECKPOINT_FORMAT, is_sharded
+from interlock.connectors.checkpoint import READABLE_FORMATS, is_sharded, upgrade
 from interlock.core.errors import CheckpointError
 from interlock.plugins.checkpoint_io import TorchCheckpointIO
 
@@ -65,8 +65,8 @@ def _sharded(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, An
     manifest = sharded_io.read_manifest(path)
     ckpt = TorchCheckpointIO().load_checkpoint(os.path.join(path, sharded_io.META), map_location="cpu")
     specs = sharded_io.tensor_specs(path)
-    ckpt["model"] = {k.removeprefix("model."): v for k, v in specs.items() if k.startswith("model.")}
-    ckpt["optimizers"] = {k: v for k, v in specs.items() if k.startswith("optimizers.")}
+    ckpt["state_dict"] = {k.removeprefix("model."): v for k, v in specs.items() if k.startswith("model.")}
+    ckpt["optimizer_states"] = {k: v for k, v in specs.items() if k.startswith("optimizers.")}
     files = manifest["files"]
     header = {
         "format": manifest["format"],
@@ -99,20 +99,22 @@ def summarize_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     else:
         header = io.read_header(path)
         ckpt = io.load_checkpoint(path, map_location="cpu")
-    for key in ("format", "state", "model"):
+    written = ckpt.get("format")
+    ckpt = upgrade(ckpt)  # format 1's names for the weights and optimizer states: read as format 2's
+    for key in ("format", "state", "state_dict"):
         if key not in ckpt:
             raise CheckpointError(f"{path} is not an interlock checkpoint: it has no {key!r} entry")
     state = ckpt["state"]
     if not isinstance(state, Mapping):
         raise CheckpointError(f"{path} holds a {type(state).__name__} as its trainer state, not a dict")
     progress = state.get("progress", {}) if isinstance(state.get("progress"), Mapping) else {}
-    model = ckpt["model"] if isinstance(ckpt["model"], Mapping) else {}
+    model = ckpt["state_dict"] if isinstance(ckpt["state_dict"], Mapping) else {}
     rng = ckpt.get("rng", {})
     return {
         "file": os.fspath(path),
         "header": header,
-        "format": ckpt["format"],
-        "format_supported": ckpt["format"] == CHECKPOINT_FORMAT,
+        "format": written,
+        "format_supported": written in READABLE_FORMATS,
         "chart": state.get("chart"),
         "stage": state.get("stage"),
         "status": state.get("status"),
@@ -133,8 +135,8 @@ def summarize_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
         "rng": sorted(rng) if isinstance(rng, Mapping) else [],
         "model": plain(model),
         "model_parameters": sum(t.numel() for t in model.values() if isinstance(t, torch.Tensor)),
-        "optimizers": plain(ckpt.get("optimizers", [])),
-        "schedulers": plain(ckpt.get("schedulers", [])),
+        "optimizers": plain(ckpt.get("optimizer_states", [])),
+        "schedulers": plain(ckpt.get("lr_schedulers", [])),
         "precision": plain(ckpt.get("precision", {})),
         "replay_to": _replay_to(ckpt.get("replay_to")),
     }

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from interlock.connectors.checkpoint import upgrade
 from interlock.core.errors import CheckpointError
 from interlock.plugins import sharded_io
 from interlock.plugins.checkpoint_io import TorchCheckpointIO
@@ -48,10 +49,10 @@ def sharded_to_file(src: str | os.PathLike[str], out: str | os.PathLike[str]) ->
     src = Path(src)
     sharded_io.read_manifest(src)
     io = TorchCheckpointIO()
-    ckpt = io.load_checkpoint(src / sharded_io.META)
-    tensors = sharded_io.load_all(src)
-    ckpt["model"] = dict(tensors.get("model", {}))
-    ckpt["optimizers"] = [_by_ids(o) for o in tensors.get("optimizers", [])]
+    ckpt = upgrade(io.load_checkpoint(src / sharded_io.META))
+    tensors = sharded_io.load_all(src)  # the directory's own names: model.*, optimizers.*
+    ckpt["state_dict"] = dict(tensors.get("model", {}))
+    ckpt["optimizer_states"] = [_by_ids(o) for o in tensors.get("optimizers", [])]
     ckpt["grads"] = {}
     io.save_checkpoint(ckpt, out)
     return Path(out)
@@ -60,13 +61,13 @@ def sharded_to_file(src: str | os.PathLike[str], out: str | os.PathLike[str]) ->
 def file_to_sharded(src: str | os.PathLike[str], out: str | os.PathLike[str]) -> Path:
     """Write the checkpoint file ``src`` as the sharded checkpoint directory ``out`` (one rank's shards)."""
     io = TorchCheckpointIO()
-    ckpt = io.load_checkpoint(src)
-    for key in ("format", "state", "model"):
+    ckpt = upgrade(io.load_checkpoint(src))
+    for key in ("format", "state", "state_dict"):
         if key not in ckpt:
             raise CheckpointError(f"{src} is not an interlock checkpoint: it has no {key!r} entry")
-    names = list(ckpt["model"])
-    optimizers = [_by_names(o, names, str(src)) for o in ckpt.get("optimizers", [])]
-    tensors = {"model": ckpt["model"], "optimizers": optimizers}
-    meta = {k: v for k, v in ckpt.items() if k not in ("model", "optimizers", "grads")}
+    names = list(ckpt["state_dict"])
+    optimizers = [_by_names(o, names, str(src)) for o in ckpt.get("optimizer_states", [])]
+    tensors = {"model": ckpt["state_dict"], "optimizers": optimizers}
+    meta = {k: v for k, v in ckpt.items() if k not in ("state_dict", "optimizer_states", "grads")}
     save_sharded(Path(out), tensors, meta, {"rng": ckpt.get("rng")})
     return Path(out)

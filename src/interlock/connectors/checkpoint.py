@@ -54,6 +54,7 @@ from interlock.plugins.strategy import Strategy
 
 __all__ = [
     "CHECKPOINT_FORMAT",
+    "READABLE_FORMATS",
     "check_ckpt_path",
     "check_fits",
     "check_resumable",
@@ -62,10 +63,26 @@ __all__ = [
     "register",
     "resolve_ckpt_path",
     "restore",
+    "upgrade",
     "write_checkpoint",
 ]
 
-CHECKPOINT_FORMAT = "interlock.checkpoint/1"
+CHECKPOINT_FORMAT = "interlock.checkpoint/2"
+#: Format 1 named the weights, optimizer and scheduler states ``model``, ``optimizers`` and ``schedulers``;
+#: format 2 uses Lightning's names, so ``torch.load(path)["state_dict"]`` reads the weights as from a Lightning file.
+_FORMAT_1 = "interlock.checkpoint/1"
+_RENAMED = {"model": "state_dict", "optimizers": "optimizer_states", "schedulers": "lr_schedulers"}
+
+
+#: The payload formats this interlock reads (the first is the one it writes).
+READABLE_FORMATS = (CHECKPOINT_FORMAT, _FORMAT_1)
+
+
+def upgrade(ckpt: dict[str, Any]) -> dict[str, Any]:
+    """``ckpt`` in the current format: a format-1 checkpoint's keys get their format-2 (Lightning's) names."""
+    if ckpt.get("format") != _FORMAT_1:
+        return ckpt
+    return {**{_RENAMED.get(k, k): v for k, v in ckpt.items()}, "format": CHECKPOINT_FORMAT}
 
 
 def dump(
@@ -102,9 +119,9 @@ def dump(
         **({"hparams_name": module.__dict__["_hparams_name"]} if module.__dict__.get("_hparams_name") else {}),
         "state": state_dict,
         **({"history": dict(history)} if history is not None else {}),
-        "model": strategy.model_state_dict(module),
-        "optimizers": [strategy.optimizer_state_dict(module, o) for o in optimizers],
-        "schedulers": [s.scheduler.state_dict() for s in schedulers],
+        "state_dict": strategy.model_state_dict(module),
+        "optimizer_states": [strategy.optimizer_state_dict(module, o) for o in optimizers],
+        "lr_schedulers": [s.scheduler.state_dict() for s in schedulers],
         "precision": dict(precision_state),
         "rng": dict(rng) if rng is not None else get_rng_states(),
         "grads": (
@@ -123,14 +140,16 @@ def dump(
 
 def check_fits(ckpt: Mapping[str, Any], module: torch.nn.Module, source: str) -> None:
     """Raise :class:`CheckpointError` unless the checkpoint's weights fit ``module`` exactly."""
-    for key in ("format", "state", "model"):
+    for key in ("format", "state", "state_dict"):
         if key not in ckpt:
             raise CheckpointError(f"{source} is not an interlock checkpoint: it has no {key!r} entry")
     if ckpt["format"] != CHECKPOINT_FORMAT:
-        raise CheckpointError(f"{source} has format {ckpt['format']!r}; this interlock reads {CHECKPOINT_FORMAT!r}")
-    saved, own = ckpt["model"], module.state_dict()
+        raise CheckpointError(
+            f"{source} has format {ckpt['format']!r}; this interlock reads {CHECKPOINT_FORMAT!r} and {_FORMAT_1!r}"
+        )
+    saved, own = ckpt["state_dict"], module.state_dict()
     if not isinstance(saved, Mapping) or not all(isinstance(k, str) for k in saved):
-        raise CheckpointError(f"{source}: model is a {type(saved).__name__}, not a state dict of named tensors")
+        raise CheckpointError(f"{source}: state_dict is a {type(saved).__name__}, not a state dict of named tensors")
     strict = getattr(module, "strict_loading", True)  # False: names may differ (Lightning's strict_loading)
     missing = sorted(set(own) - set(saved)) if strict else []
     unexpected = sorted(set(saved) - set(own)) if strict else []
@@ -211,8 +230,8 @@ def check_resumable(
     :func:`~interlock.connectors.rng.get_rng_states` produces); the gradients.
     """
     state = check_loaded(ckpt, module, source)
-    check_optimizers(ckpt.get("optimizers", []), optimizers, source)
-    check_schedulers(ckpt.get("schedulers", []), schedulers, source)
+    check_optimizers(ckpt.get("optimizer_states", []), optimizers, source)
+    check_schedulers(ckpt.get("lr_schedulers", []), schedulers, source)
     return state
 
 
@@ -231,17 +250,17 @@ def restore(
     if sharded:  # a directory: DCP loads model and optimizer state in place, resharded to this run
         strategy.load_sharded(sharded, module, optimizers)
     else:
-        strategy.load_model_state_dict(module, ckpt["model"], strict=getattr(module, "strict_loading", True))
+        strategy.load_model_state_dict(module, ckpt["state_dict"], strict=getattr(module, "strict_loading", True))
     saved_grads = ckpt.get("grads") or {}
     for name, param in module.named_parameters():
         grad = saved_grads.get(name)
         param.grad = None if grad is None else grad.to(device=param.device, dtype=param.dtype)
-    for optimizer, saved in zip([] if sharded else optimizers, ckpt.get("optimizers", []), strict=False):
+    for optimizer, saved in zip([] if sharded else optimizers, ckpt.get("optimizer_states", []), strict=False):
         strategy.load_optimizer_state_dict(module, optimizer, saved)
     for optimizer in optimizers:
         if state.global_step > 0:  # it has stepped in this run: torch need not warn "scheduler before optimizer"
             optimizer._opt_called = True  # type: ignore[attr-defined]
-    for sched, saved in zip(schedulers, ckpt.get("schedulers", []), strict=False):
+    for sched, saved in zip(schedulers, ckpt.get("lr_schedulers", []), strict=False):
         sched.scheduler.load_state_dict(saved)
     return state
 
@@ -398,7 +417,7 @@ def _write(
         rng,
     )
     if weights_only:  # Lightning's save_weights_only: no optimizer, scheduler or gradient state
-        payload.update(optimizers=[], schedulers=[], grads={}, weights_only=True)
+        payload.update(optimizer_states=[], lr_schedulers=[], grads={}, weights_only=True)
     if strategy.is_global_zero:
         check_run_dir(run)  # a deleted run directory is not silently recreated by the save
         run.checkpoint.io.save_checkpoint(payload, path)
@@ -440,7 +459,7 @@ def _write_sharded(
         "format": CHECKPOINT_FORMAT,
         "state": state_dict,
         **({"history": dict(history)} if history is not None else {}),
-        "schedulers": [s.scheduler.state_dict() for s in run.schedulers],
+        "lr_schedulers": [s.scheduler.state_dict() for s in run.schedulers],
         "precision": dict(run.slot(HardwareSlot).precision.state_dict()),
         "rng": rng,
     }
@@ -455,13 +474,13 @@ def read_checkpoint(io: TorchCheckpointIO, path: Path, map_location: Any, rank: 
     checks; ``sharded`` names the directory the tensors are loaded from; ``rng`` is this rank's.
     """
     if not is_sharded(path):  # a file (a directory without a manifest is refused as not a file)
-        return io.load_checkpoint(path, map_location=map_location)
+        return upgrade(io.load_checkpoint(path, map_location=map_location))
     sio = _sio()
     manifest = sio.read_manifest(path)
-    ckpt: dict[str, Any] = io.load_checkpoint(path / sio.META, map_location=map_location)
+    ckpt: dict[str, Any] = upgrade(io.load_checkpoint(path / sio.META, map_location=map_location))
     saved_ranks = manifest.get("world_size", 1)
     ckpt["rng"] = io.load_checkpoint(sio.rank_file(path, rank, saved_ranks))["rng"]
-    ckpt["model"] = {
+    ckpt["state_dict"] = {
         key.removeprefix("model."): spec for key, spec in sio.tensor_specs(path).items() if key.startswith("model.")
     }
     ckpt["sharded"] = str(path)
@@ -522,7 +541,9 @@ def register(reg: Registry) -> None:
                 run.slot(HardwareSlot).strategy.load_sharded(loaded[0]["sharded"], run.module, [])
             elif loaded is not None:
                 strict = getattr(run.module, "strict_loading", True)  # Lightning's LightningModule.strict_loading
-                run.slot(HardwareSlot).strategy.load_model_state_dict(run.module, loaded[0]["model"], strict=strict)
+                run.slot(HardwareSlot).strategy.load_model_state_dict(
+                    run.module, loaded[0]["state_dict"], strict=strict
+                )
 
         return act
 

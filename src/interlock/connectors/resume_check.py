@@ -3,7 +3,7 @@
 ``torch`` checks some of this itself, but only while loading: by then the module's
 weights are overwritten, and a list where a dict belongs, Adam state in an SGD run or
 a string where a counter belongs fails deep inside torch. Each check here raises
-:class:`~interlock.CheckpointError` naming the file and the field (``optimizers[0].state[3]``)
+:class:`~interlock.CheckpointError` naming the file and the field (``optimizer_states[0].state[3]``)
 and changes nothing.
 """
 
@@ -62,7 +62,7 @@ def _fits(own: Any, saved: Any) -> bool:
 def check_optimizers(saved: Any, optimizers: Sequence[torch.optim.Optimizer], source: str) -> None:
     """Each saved optimizer state is a ``torch.optim`` state dict of the same optimizer over the same parameters."""
     if not isinstance(saved, list | tuple):
-        raise _fail(source, "optimizers", f"is a {_kind(saved)}, not a list of optimizer state dicts")
+        raise _fail(source, "optimizer_states", f"is a {_kind(saved)}, not a list of optimizer state dicts")
     if not optimizers:
         return
     if len(saved) != len(optimizers):
@@ -71,7 +71,7 @@ def check_optimizers(saved: Any, optimizers: Sequence[torch.optim.Optimizer], so
             "optimizer(s)"
         )
     for i, (state, optimizer) in enumerate(zip(saved, optimizers, strict=True)):
-        _check_optimizer(state, optimizer, source, f"optimizers[{i}]")
+        _check_optimizer(state, optimizer, source, f"optimizer_states[{i}]")
 
 
 def _check_optimizer(saved: Any, optimizer: torch.optim.Optimizer, source: str, field: str) -> None:
@@ -133,7 +133,7 @@ def _check_optimizer(saved: Any, optimizer: torch.optim.Optimizer, source: str, 
 def check_schedulers(saved: Any, schedulers: Sequence[Any], source: str) -> None:
     """Each saved LR scheduler state is a dict whose values fit this run's scheduler of the same place."""
     if not isinstance(saved, list | tuple):
-        raise _fail(source, "schedulers", f"is a {_kind(saved)}, not a list of scheduler state dicts")
+        raise _fail(source, "lr_schedulers", f"is a {_kind(saved)}, not a list of scheduler state dicts")
     if not schedulers:
         return
     if len(saved) != len(schedulers):
@@ -141,7 +141,7 @@ def check_schedulers(saved: Any, schedulers: Sequence[Any], source: str) -> None
             f"{source} has {len(saved)} LR scheduler state(s) but configure_optimizers() returned {len(schedulers)}"
         )
     for i, (state, sched) in enumerate(zip(saved, schedulers, strict=True)):
-        where = f"schedulers[{i}]"
+        where = f"lr_schedulers[{i}]"
         if not isinstance(state, Mapping) or not all(isinstance(k, str) for k in state):
             raise _fail(source, where, f"is a {_kind(state)}, not a scheduler state dict")
         own = sched.scheduler.state_dict()

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from interlock.connectors.checkpoint import CHECKPOINT_FORMAT
+from interlock.connectors.checkpoint import CHECKPOINT_FORMAT, upgrade
 from interlock.core.errors import CheckpointError
 from interlock.core.module import Module, provide_checkpoint_loader
 from interlock.plugins.checkpoint_io import TorchCheckpointIO, is_lightning_checkpoint
@@ -85,26 +85,26 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu") -> 
     damaged or not an interlock checkpoint (a Lightning one: use :func:`load_lightning_weights`).
     """
     target = Path(path)
-    ckpt = TorchCheckpointIO().load_checkpoint(target, map_location=map_location)
-    if ckpt.get("format") != CHECKPOINT_FORMAT or not isinstance(ckpt.get("model"), Mapping):
+    ckpt = upgrade(TorchCheckpointIO().load_checkpoint(target, map_location=map_location))
+    if ckpt.get("format") != CHECKPOINT_FORMAT or not isinstance(ckpt.get("state_dict"), Mapping):
         raise CheckpointError(
             f"{target} is an interlock file but not a trainer checkpoint (format {ckpt.get('format')!r:.40}, "
-            f"expected {CHECKPOINT_FORMAT!r} with the weights under 'model')"
+            f"expected {CHECKPOINT_FORMAT!r} with the weights under 'state_dict')"
         )
     state: Mapping[str, Any] = ckpt["state"] if isinstance(ckpt.get("state"), Mapping) else {}
     progress: Mapping[str, Any] = state["progress"] if isinstance(state.get("progress"), Mapping) else {}
-    internal = {"format", "state", "model", "optimizers", "schedulers", "precision", "rng", "grads"}
+    internal = {"format", "state", "state_dict", "optimizer_states", "lr_schedulers", "precision", "rng", "grads"}
     internal |= {"hyper_parameters", "hparams_name"}
     return {
         **{k: v for k, v in ckpt.items() if k not in internal},  # what the module's on_save_checkpoint added
         "format": ckpt["format"],
-        "state_dict": dict(ckpt["model"]),
+        "state_dict": dict(ckpt["state_dict"]),
         "hyper_parameters": dict(ckpt.get("hyper_parameters") or {}),
         "hparams_name": ckpt.get("hparams_name") if isinstance(ckpt.get("hparams_name"), str) else None,
         "epoch": progress.get("epoch", 0),
         "global_step": progress.get("global_step", 0),
-        "optimizer_states": list(ckpt.get("optimizers", [])),
-        "lr_schedulers": list(ckpt.get("schedulers", [])),
+        "optimizer_states": list(ckpt.get("optimizer_states", [])),
+        "lr_schedulers": list(ckpt.get("lr_schedulers", [])),
         "trainer_state": dict(state),
     }
 

@@ -1,8 +1,11 @@
 """Checkpoint file format and atomic writer.
 
-A checkpoint file is ``MAGIC``, one JSON header line, then the payload: the bytes of
-``torch.save(checkpoint)``. The header records the format version, the payload's byte length
-and its SHA-256, so truncation and corruption are detected before anything is unpickled.
+A checkpoint file is the payload, the bytes of ``torch.save(checkpoint)`` (a zip archive, so
+``torch.load(path)`` reads the file as it is), then a trailer of :data:`TRAILER_BYTES`: ``MAGIC``
+and one JSON header line, padded. The header records the format version, the payload's byte
+length and its SHA-256, so truncation and corruption are detected before anything is unpickled.
+Files of format version 1 put ``MAGIC`` and the header first and the payload after them; they
+are read as before.
 The payload is always read with ``torch.load(..., weights_only=True)``: the hash catches
 accidents, not attackers, and ``weights_only`` is what keeps a hostile file from running code.
 
@@ -65,15 +68,17 @@ __all__ = [
     "MAX_NODES",
     "MAX_PENDING",
     "SHARDED_MANIFEST",
+    "TRAILER_BYTES",
     "TorchCheckpointIO",
     "check_bounded",
     "check_serializable",
+    "frame",
     "is_lightning_checkpoint",
     "is_sharded",
     "settle",
 ]
 
-FORMAT_VERSION: int = 1
+FORMAT_VERSION: int = 2
 FORMAT_NAME: str = "interlock-checkpoint"
 MAGIC: bytes = b"INTERLOCK-CKPT\n"
 
@@ -99,6 +104,10 @@ _DEPTH_CEILING = 400  # above this the recursive walkers after a load would exce
 
 _MAX_HEADER_BYTES = 64 * 1024
 _HEADER_SLOT = 512  # bytes reserved for the header line, newline included
+TRAILER_BYTES: int = len(MAGIC) + _HEADER_SLOT
+"""The size of the trailer after the payload: ``MAGIC`` and the header line, padded with spaces."""
+_ZIP_START = b"PK\x03\x04"  # how a torch.save (zip) payload begins
+_ZIP_END = b"PK\x05\x06"  # the end-of-central-directory record that closes a zip archive
 _HASH_STEP = 4 << 20  # the hash worker is handed the file in ranges of at least this many bytes
 _SMALL_WRITE = 256 << 10  # writes smaller than this are combined before they reach the file
 _SCALARS = (type(None), bool, int, float, complex, str, bytes, bytearray)
@@ -438,8 +447,8 @@ class TorchCheckpointIO:
         target = _as_path(path)
         self.wait()
         with _open_for_read(target) as f:
-            header = _read_header(f, target)
-            _check_length(target, header, f)
+            header, offset = _locate(f, target)
+            f.seek(offset)
             payload = f.read(header["payload_bytes"])
         if len(payload) != header["payload_bytes"]:
             raise CheckpointError(f"checkpoint {target} changed while it was being read; load it again")
@@ -473,8 +482,7 @@ class TorchCheckpointIO:
         target = _as_path(path)
         self.wait()
         with _open_for_read(target) as f:
-            header = _read_header(f, target)
-            _check_length(target, header, f)
+            header, _ = _locate(f, target)
         return header
 
     def remove_checkpoint(
@@ -524,9 +532,10 @@ def _remove(target: Path) -> None:
     if not target.exists():
         return
     with _open_for_read(target) as f:
-        head = f.read(len(MAGIC))
-    if head != MAGIC:
-        raise CheckpointError(f"refusing to remove {target}: {_not_ours(head)}")
+        try:
+            _locate(f, target)
+        except CheckpointError as exc:
+            raise CheckpointError(f"refusing to remove {target}: {exc}") from None
     try:
         target.unlink()
     except FileNotFoundError:
@@ -624,8 +633,7 @@ class _HashingSink:
 
 
 def _write_payload(checkpoint: dict[str, Any], fd: int, target: Path, worker: ThreadPoolExecutor) -> _HashingSink:
-    """Write MAGIC, a header placeholder and the payload to ``fd``; the worker hashes it as it goes."""
-    _write_all(fd, MAGIC + b" " * (_HEADER_SLOT - 1) + b"\n")
+    """Write the payload to ``fd``; the worker hashes it as it goes (the trailer follows it in :func:`_finish`)."""
     sink = _HashingSink(fd, worker)
     try:
         torch.save(checkpoint, sink)  # type: ignore[arg-type]  # torch.save only needs write(); typed as IO[bytes]
@@ -642,7 +650,7 @@ def _write_payload(checkpoint: dict[str, Any], fd: int, target: Path, worker: Th
 
 
 def _finish(sink: _HashingSink, tmp: Path, fd: int, target: Path) -> None:
-    """Fill in the header, fsync, close, rename over ``target``, fsync the directory; on failure remove ``tmp``."""
+    """Append the trailer, fsync, close, rename over ``target``, fsync the directory; on failure remove ``tmp``."""
     try:
         header = {
             "format": FORMAT_NAME,
@@ -651,13 +659,7 @@ def _finish(sink: _HashingSink, tmp: Path, fd: int, target: Path) -> None:
             "payload_bytes": sink.nbytes,
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds"),
         }
-        line = json.dumps(header, sort_keys=True).encode("ascii")
-        if len(line) >= _HEADER_SLOT:  # cannot happen with the fields above; guards future edits
-            raise CheckpointError(
-                f"checkpoint header for {target} is {len(line)} bytes, over the {_HEADER_SLOT} reserved"
-            )
-        # Padded with spaces (JSON whitespace) to the reserved slot, so the payload never moves.
-        os.pwrite(fd, line.ljust(_HEADER_SLOT - 1) + b"\n", len(MAGIC))
+        _write_all(fd, _trailer(header, target))
         os.fsync(fd)
         if os.name == "posix":  # rename while the lock is held: a sweep never finds this file unheld as a temp
             os.replace(tmp, target)
@@ -751,7 +753,7 @@ def _sweep(directory: Path) -> list[Path]:
     """Remove the temporary files of dead writers in ``directory``; return the paths removed.
 
     A file is removed only if its name is one :func:`_open_temp` makes, it is a regular file
-    (not a link) whose first bytes are (a prefix of) :data:`MAGIC`, no writer of this process
+    (not a link) whose first bytes are (a prefix of) a zip archive's or :data:`MAGIC`, no writer of this process
     has it open, and no writer anywhere holds its ``flock`` (a live writer holds it until the
     file is renamed into place). Skipped where there is no ``flock`` (not POSIX). Errors are
     ignored: a file that cannot be checked is left alone.
@@ -784,7 +786,8 @@ def _remove_abandoned(path: Path) -> bool:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:  # held by a live writer (or no flock here: then nothing can be told apart)
             return False
-        if not MAGIC.startswith(os.pread(fd, len(MAGIC), 0)):
+        head = os.pread(fd, len(MAGIC), 0)
+        if not (MAGIC.startswith(head) or _ZIP_START.startswith(head[:4])):
             return False
         with _LIVE_LOCK:  # a writer of this process registers before it locks, under this lock
             if (st.st_dev, st.st_ino) in _LIVE_TEMPS:
@@ -861,18 +864,47 @@ def _require_regular(target: Path, mode: int) -> None:
     )
 
 
-def _read_header(f: io.BufferedReader, target: Path) -> dict[str, Any]:
+def frame(payload: bytes, header: Mapping[str, Any]) -> bytes:
+    """A whole checkpoint file: ``payload`` then the trailer holding ``header`` (nothing is checked).
+
+    For tools and tests that build files by hand (a payload with a matching hash, an altered one);
+    :meth:`TorchCheckpointIO.save_checkpoint` writes the same layout.
+    """
+    return payload + _trailer(header, Path("<frame>"))
+
+
+def _trailer(header: Mapping[str, Any], target: Path) -> bytes:
+    line = json.dumps(dict(header), sort_keys=True).encode("ascii")
+    if len(line) >= _HEADER_SLOT:  # cannot happen with the writer's fields; guards future edits
+        raise CheckpointError(f"checkpoint header for {target} is {len(line)} bytes, over the {_HEADER_SLOT} reserved")
+    return MAGIC + line.ljust(_HEADER_SLOT - 1) + b"\n"  # padded with spaces (JSON whitespace) to a fixed size
+
+
+def _locate(f: io.BufferedReader, target: Path) -> tuple[dict[str, Any], int]:
+    """The validated header of the checkpoint open in ``f`` and where its payload starts; nothing is unpickled.
+
+    Version 2 (the trailer) and version 1 (the header first) are both read; the payload's length
+    is checked against the file before any of it is read.
+    """
+    size = os.fstat(f.fileno()).st_size
     head = f.read(len(MAGIC))
-    if head != MAGIC:
-        if head.startswith(b"PK\x03\x04") and is_lightning_checkpoint(target):
-            raise CheckpointError(
-                f"{target} is a PyTorch Lightning checkpoint, not an interlock one: its training state (optimizer, "
-                "epoch, step, RNG) cannot continue an interlock run. Load its weights only, without running code "
-                "in it: interlock.load_lightning_weights(module, path) (or YourModule.load_from_checkpoint(path)), "
-                "then fit without ckpt_path"
-            )
-        raise CheckpointError(f"{target} is {_not_ours(head)}")
-    line = f.readline(_MAX_HEADER_BYTES)
+    if head == MAGIC:  # format version 1: MAGIC and the header line, then the payload
+        header = _parse_header(f.readline(_MAX_HEADER_BYTES), target, last=1)
+        _check_length(target, header, size - f.tell())
+        return header, f.tell()
+    tail = b""
+    if size >= TRAILER_BYTES:
+        f.seek(size - TRAILER_BYTES)
+        tail = f.read(TRAILER_BYTES)
+    if not tail.startswith(MAGIC):
+        raise CheckpointError(f"{target} is {_not_ours(head, f, size, target)}")
+    header = _parse_header(tail[len(MAGIC) :], target, first=2)
+    _check_length(target, header, size - TRAILER_BYTES)
+    return header, 0
+
+
+def _parse_header(line: bytes, target: Path, first: int = 1, last: int = FORMAT_VERSION) -> dict[str, Any]:
+    """The header line, checked: a format version in ``first..last`` (the file's layout), its length and hash."""
     if not line.endswith(b"\n"):
         what = (
             "is truncated inside its header" if len(line) < _MAX_HEADER_BYTES else "has a header line that is too long"
@@ -896,6 +928,11 @@ def _read_header(f: io.BufferedReader, target: Path) -> dict[str, Any]:
             f"checkpoint {target} was written by a newer interlock (format {version} > {FORMAT_VERSION}); "
             "upgrade interlock to load it"
         )
+    if not first <= version <= last:
+        raise CheckpointError(
+            f"checkpoint {target} names format version {version}, which does not match where its header is "
+            "(version 1 puts it first, later versions last); the file is corrupted"
+        )
     size, digest = header.get("payload_bytes"), header.get("sha256")
     if type(size) is not int or size < 0 or not isinstance(digest, str) or not _HEX64.fullmatch(digest):
         raise CheckpointError(
@@ -907,17 +944,16 @@ def _read_header(f: io.BufferedReader, target: Path) -> dict[str, Any]:
     return header
 
 
-def _check_length(target: Path, header: dict[str, Any], f: io.BufferedReader) -> None:
-    """Compare the bytes left in ``f`` with the header's payload length, before reading any of them."""
+def _check_length(target: Path, header: dict[str, Any], got: int) -> None:
+    """Compare the bytes the file holds for its payload (``got``) with the header's length, before reading any."""
     want = header["payload_bytes"]
-    got = os.fstat(f.fileno()).st_size - f.tell()
     if got < want:
         raise CheckpointError(
             f"checkpoint {target} is truncated: its payload has {got} of {want} bytes; use another checkpoint"
         )
     if got > want:
         raise CheckpointError(
-            f"checkpoint {target} was altered or corrupted: it has {got - want} bytes after its {want}-byte payload"
+            f"checkpoint {target} was altered or corrupted: it has {got - want} bytes more than its {want}-byte payload"
         )
 
 
@@ -943,14 +979,42 @@ def is_lightning_checkpoint(path: str | os.PathLike[str]) -> bool:
         return False
 
 
-def _not_ours(head: bytes) -> str:
-    """Describe what a file that lacks MAGIC looks like."""
+def _damage(f: io.BufferedReader, size: int) -> str | None:
+    """How a file that begins as a zip but has no trailer was damaged; ``None``: it is a whole zip (not ours)."""
+    window = min(size, _MAX_HEADER_BYTES + TRAILER_BYTES)
+    f.seek(size - window)
+    tail = f.read(window)
+    if tail[-22:-18] == _ZIP_END and tail.endswith(b"\x00\x00"):  # ends as a whole zip archive without a comment
+        return None
+    found = tail.rfind(MAGIC)
+    if found >= 0 and window - found < TRAILER_BYTES:
+        return "truncated inside its trailer (the header after the payload); use another checkpoint"
+    if found >= 0:
+        return f"altered or corrupted: it has {window - found - TRAILER_BYTES} bytes after its interlock trailer"
+    return (
+        "truncated: it begins as a checkpoint's payload (a zip archive) but ends before the trailer that closes an "
+        "interlock checkpoint; the file was cut short, use another checkpoint"
+    )
+
+
+def _not_ours(head: bytes, f: io.BufferedReader, size: int, target: Path) -> str:
+    """Describe what a file without an interlock header or trailer looks like (``head``: its first bytes)."""
     if not head:
         return "an empty file, not an interlock checkpoint"
     if MAGIC.startswith(head):
         return "truncated: it ends inside the interlock checkpoint marker"
     base = "not an interlock checkpoint"
-    if head.startswith(b"PK\x03\x04"):
+    if head.startswith(_ZIP_START):
+        if is_lightning_checkpoint(target):
+            return (
+                "a PyTorch Lightning checkpoint, not an interlock one: its training state (optimizer, epoch, step, "
+                "RNG) cannot continue an interlock run. Load its weights only, without running code in it: "
+                "interlock.load_lightning_weights(module, path) (or YourModule.load_from_checkpoint(path)), then "
+                "fit without ckpt_path"
+            )
+        damage = _damage(f, size)
+        if damage is not None:
+            return damage
         return (
             f"{base} (it looks like a plain torch.save file, a zip archive); load it with "
             "torch.load(path, weights_only=True) and re-save it with TorchCheckpointIO.save_checkpoint"
