@@ -120,13 +120,14 @@ AFTER = (
 
 def test_the_trainer_object_answers_as_lightnings_before_and_after_each_run(tmp_path: Path) -> None:
     """Counters, limits, ranks and the running stage read from the Trainer before a fit, after it and after a test
-    equal Lightning's; a figure only a run has (num_training_batches) is an error pointing to a callback's trainer."""
+    equal Lightning's; a figure only a run has (num_training_batches) is the last fit's after it, an error before."""
     import interlock.lightning as il
 
     Lit, Ours = twins(Body)
     flags = {"max_epochs": 2, "enable_model_summary": False, "logger": False, "enable_checkpointing": False}
     flags |= {"enable_progress_bar": False, "limit_train_batches": 2, "min_steps": 1}
     rows: list[list[dict[str, Any]]] = []
+    batches: list[int] = []
     for trainer_cls, module in ((pl.Trainer, Lit()), (il.Trainer, Ours())):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -137,11 +138,12 @@ def test_the_trainer_object_answers_as_lightnings_before_and_after_each_run(tmp_
             trainer.test(module, loader(16, 8), verbose=False)
             seen.append({name: getattr(trainer, name) for name in AFTER})
         rows.append(seen)
-        last = trainer
+        batches.append(trainer.num_training_batches)
     for moment, lightning, ours in zip(("before", "after fit", "after test"), *rows, strict=True):
         assert ours == lightning, (moment, {k: (ours[k], lightning[k]) for k in ours if ours[k] != lightning[k]})
-    with pytest.raises(AttributeError, match="Lightning Callback's hooks receive a trainer that has it"):
-        _ = last.num_training_batches
+    assert batches[0] == batches[1] == 2
+    with pytest.raises(AttributeError, match=r"has not run fit yet.*Lightning Callback's hooks"):
+        _ = il.Trainer(default_root_dir=tmp_path, **flags).num_training_batches
 
 
 def _eval_reader(base: type) -> Any:

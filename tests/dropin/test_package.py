@@ -900,3 +900,75 @@ def test_trainer_datamodule_is_the_last_one_given_as_lightnings(tmp_path: Path) 
         trainer.validate(trainer.model, datamodule=second, verbose=False)
         seen.append((before, after_fit is first, after_loaders is first, trainer.datamodule is second))
     assert seen[0] == seen[1] == (None, True, True, True)
+
+
+class _Staged(Regression):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    test_step = Regression.validation_step
+
+    def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return self(batch[0])
+
+
+class _LitStaged(LitRegression):
+    forward = _Staged.forward
+    test_step = Regression.validation_step
+    predict_step = _Staged.predict_step
+
+
+def test_run_figures_read_after_each_call_are_lightnings(tmp_path: Path) -> None:
+    """num_*_batches, estimated_stepping_batches and the like, read after fit/validate/test/predict, are Lightning's."""
+    seen = []
+    for trainer_cls, module_cls in ((pl.Trainer, _LitStaged), (il.Trainer, _Staged)):
+        trainer = trainer_cls(
+            max_epochs=1,
+            accumulate_grad_batches=3,
+            limit_val_batches=1,
+            default_root_dir=str(tmp_path / trainer_cls.__module__.split(".")[0]),
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+        )
+        model, data = module_cls(), Data(n=20)
+        trainer.fit(model, data.train_dataloader(), data.val_dataloader())
+        fit = (
+            trainer.num_training_batches,
+            trainer.estimated_stepping_batches,
+            trainer.num_val_batches,
+            trainer.num_sanity_val_batches,
+            trainer.val_check_batch,
+            trainer.is_last_batch,
+        )
+        trainer.validate(model, data.val_dataloader(), verbose=False)
+        validate = (trainer.num_val_batches, trainer.num_training_batches)
+        trainer.test(model, data.val_dataloader(), verbose=False)
+        test = (trainer.num_test_batches, trainer.num_val_batches)
+        trainer.predict(model, data.val_dataloader())
+        seen.append((fit, validate, test, trainer.num_predict_batches))
+    assert seen[0] == seen[1]
+    assert seen[1][0][:2] == (5, 2)  # 5 batches, ceil(5 / 3) optimizer steps
+
+
+def test_on_save_checkpoint_sees_lightnings_keys(tmp_path: Path) -> None:
+    """A module's on_save_checkpoint finds the weights under checkpoint['state_dict'], as in Lightning."""
+    found: list[tuple[list[str], bool]] = []
+
+    def hook(self: Any, checkpoint: dict[str, Any]) -> None:
+        keys = ["state_dict", "optimizer_states", "lr_schedulers", "hyper_parameters"]
+        same = all(torch.equal(checkpoint["state_dict"][k], v) for k, v in self.state_dict().items())
+        found.append(([k for k in keys if k in checkpoint], same))
+
+    for trainer_cls, module_cls in ((pl.Trainer, LitRegression), (il.Trainer, Regression)):
+        model = type("Saving", (module_cls,), {"on_save_checkpoint": hook})()
+        trainer = trainer_cls(
+            max_epochs=1,
+            default_root_dir=str(tmp_path / trainer_cls.__module__.split(".")[0]),
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+        )
+        trainer.fit(model, Data().train_dataloader())
+    assert found[0] == found[-1] == (["state_dict", "optimizer_states", "lr_schedulers", "hyper_parameters"], True)

@@ -22,7 +22,7 @@ from interlock.core.run import Run
 from interlock.core.state import TrainerState
 from interlock.plugins.strategy import Strategy
 
-__all__ = ["NO_FIT", "FinishedFit", "keep_finished"]
+__all__ = ["NO_FIT", "FinishedFit", "keep_ended", "keep_finished"]
 
 #: Why there is nothing to save before any fit.
 NO_FIT = (
@@ -45,8 +45,21 @@ class FinishedFit:
         if path.is_dir():
             raise IsADirectoryError(f"trainer.save_checkpoint({str(filepath)!r}): it is a directory; pass a file path")
         path.parent.mkdir(parents=True, exist_ok=True)
+        self.run.state_ref = self.run.facts_ref = lambda: self.state  # the fit's end, whatever ran since
         write_checkpoint(self.run, str(path), weights_only=weights_only, rng=self.rng)
         return path
+
+
+def keep_ended(run: Run, state: TrainerState, strategy: Strategy) -> Run | None:
+    """``run`` kept to be read after its stage as it ended (its state is ``state`` from now on).
+
+    Lightning's trainer answers ``num_training_batches`` and the like after a call; the kept run's
+    trainer view does here. ``None`` over several processes: the run's wrappers go with its stage.
+    """
+    if strategy.world_size > 1 or strategy.launches_processes:
+        return None
+    run.state_ref = run.facts_ref = lambda: state  # later stages change the trainer's state, not this run's
+    return run
 
 
 def keep_finished(run: Run | None, state: TrainerState, strategy: Strategy) -> FinishedFit | str:
@@ -66,5 +79,4 @@ def keep_finished(run: Run | None, state: TrainerState, strategy: Strategy) -> F
             "save; resume from a checkpoint it wrote during the run (fit(ckpt_path='last') finds ModelCheckpoint's "
             "last.ckpt)"
         )
-    run.state_ref = run.facts_ref = lambda: state  # later stages change the trainer's state, not this fit's
     return FinishedFit(run, state, get_rng_states())

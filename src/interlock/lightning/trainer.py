@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import torch
 
-from interlock.connectors.callbacks import TrainerView, is_callback
+from interlock.connectors.callbacks import TrainerView, is_callback, view
 from interlock.core.config import LIGHTNING_FIELDS, NodeLayout, filled_min_epochs, lightning_flag
 from interlock.core.datamodule import is_datamodule
 from interlock.core.events import Listener
@@ -346,11 +346,26 @@ class Trainer(NodeLayout, NativeTrainer):
         except AttributeError:
             pass
         if isinstance(TrainerView.__dict__.get(name), property):  # a figure of the run a callback reads
+            stage = self._described(name)
+            ended = (self.__dict__.get("_ended") or {}).get(stage)
+            if ended is not None:  # the run it describes, as it ended: Lightning answers these after a call too
+                return getattr(view(ended), name)
             raise AttributeError(
-                f"trainer.{name} is read during a run: a Lightning Callback's hooks receive a trainer that has it "
-                "(interlock's Trainer object holds the flags and the last run's state, not the run's loaders)"
+                f"trainer.{name} describes a {stage} run, and this trainer has none to read: it has not run {stage} "
+                "yet, or its last call ran in other processes (ddp_spawn, several ranks); read it after "
+                f"trainer.{stage}(...) in one process, or in a Lightning Callback's hooks"
             )
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _described(self, name: str) -> str:
+        """The stage whose last run a figure of Lightning's trainer describes after the calls.
+
+        Lightning keeps each loop's figures: the test and predict counts are those calls', the
+        validation count the last ``validate``'s right after one and the fit's otherwise, the rest the fit's.
+        """
+        if name == "num_val_batches" and self.state.stage == "validate":
+            return "validate"
+        return {"num_test_batches": "test", "num_predict_batches": "predict"}.get(name, "fit")
 
     @property
     def max_steps(self) -> int:

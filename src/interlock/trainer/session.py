@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 
 from interlock.connectors.data import Feed, loader_count, split_loaders
-from interlock.connectors.finished import FinishedFit, keep_finished
+from interlock.connectors.finished import FinishedFit, keep_ended, keep_finished
 from interlock.connectors.hardware import HardwareSlot
 from interlock.connectors.replayto import FOLLOW_SOURCE
 from interlock.connectors.rundir import release_run_dir
@@ -72,6 +72,8 @@ class Session:
     schedulers: list[Any] = attrs.field(factory=list)
     #: a fit's run kept for ``Trainer.save_checkpoint`` after it, or why it could not be (``None``: no fit ran)
     fitted: FinishedFit | str | None = None
+    #: the run, kept to be read after its stage as it ended (``None``: over several processes, or none ran)
+    ended: Run | None = None
 
     def run(
         self,
@@ -120,8 +122,10 @@ class Session:
         finally:  # the chart's teardown releases it; this covers a teardown that failed before it could
             self.optimizers, self.schedulers = list(run.optimizers), list(run.schedulers)
             release_run_dir(run)
+            state, strategy = self.runtime.state, self.hardware.strategy
+            self.ended = keep_ended(run, state, strategy)
             if stage == "fit":
-                self.fitted = keep_finished(run, self.runtime.state, self.hardware.strategy)
+                self.fitted = keep_finished(run if self.ended is not None else None, state, strategy)
             bus = self.runtime.bus  # a replay-to follower whose target the stage never reached
             if any(s.startswith(f"{FOLLOW_SOURCE}.") for s in bus.observer_sources()):
                 bus.remove_sources({FOLLOW_SOURCE})

@@ -325,6 +325,11 @@ class Trainer:
             self.runtime.restore(TrainerState.from_dict(state))
             return result
         finally:
+            ended = self.__dict__.setdefault("_ended", {})  # the last run of each stage, read after the calls
+            if session.ended is None:  # it ran in other processes: what this process kept is out of date
+                ended.clear()
+            else:
+                ended[session.ended.stage] = session.ended
             if fit:
                 spawned = strategy.launches_processes
                 kept = keep_finished(None, self.state, strategy) if spawned else session.fitted
