@@ -137,3 +137,17 @@ def test_a_distributed_fit_names_saving_during_fit() -> None:
     """Over several processes the reason names ModelCheckpoint(save_last=True) and SaveCheckpoint."""
     why = keep_finished(None, TrainerState(status="finished"), _Spread())
     assert isinstance(why, str) and "save_last=True" in why and "SaveCheckpoint" in why
+
+
+def test_the_run_kept_after_predict_does_not_hold_the_predictions(tmp_path: Path) -> None:
+    """Predictions the caller drops are freed: the run kept for reading after the call does not hold them."""
+    import gc
+    import weakref
+
+    trainer = interlock.Trainer(default_root_dir=tmp_path, **QUIET)
+    predictions = trainer.predict(TinyModule(), loader(16, 8))
+    assert predictions is not None
+    first = weakref.ref(predictions[0])
+    del predictions
+    gc.collect()
+    assert first() is None

@@ -149,8 +149,9 @@ class Session:
         """Predictions (a list per loader when there are several; ``None`` when not kept), or metrics per loader."""
         key = stage_def(self.runtime.chart, stage).loaders[0]
         run = self.run(stage, module, {key: loader}, ckpt_path, datamodule, return_predictions)
-        if stage == "predict":
-            return run.predictions if return_predictions else None
+        if stage == "predict":  # handed over: the run kept for reading after the call does not hold them too
+            predictions, run.predictions = run.predictions, []
+            return predictions if return_predictions else None
         state = self.runtime.state  # Lightning's return value: what went to the loggers (state.to_loggers)
         results = [{k: v for k, v in r.items() if state.to_loggers.get(k, True)} for r in state.loader_results]
         results += [{} for _ in range(loader_count(run.feeds, key) - len(results))]
