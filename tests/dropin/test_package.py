@@ -972,3 +972,36 @@ def test_on_save_checkpoint_sees_lightnings_keys(tmp_path: Path) -> None:
         )
         trainer.fit(model, Data().train_dataloader())
     assert found[0] == found[-1] == (["state_dict", "optimizer_states", "lr_schedulers", "hyper_parameters"], True)
+
+
+def _dips(self: Any, batch: Any, batch_idx: int) -> None:
+    """A validation loss that is best at epoch 1, so the best checkpoint is not the last weights."""
+    loss = torch.nn.functional.mse_loss(self.net(batch[0]), batch[1])
+    self.log("val_loss", loss - (5.0 if self.current_epoch == 1 else 0.0))
+
+
+def test_a_call_without_a_module_evaluates_the_fits_best_checkpoint_as_lightnings(tmp_path: Path) -> None:
+    """After fit, test() and validate() without a module run the best checkpoint's weights (with a warning)."""
+    seen = []
+    import interlock.lightning.callbacks as mine_cb
+
+    for trainer_cls, module_cls, cb in ((pl.Trainer, _LitStaged, pl.callbacks), (il.Trainer, _Staged, mine_cb)):
+        torch.manual_seed(0)
+        model = type("Dips", (module_cls,), {"validation_step": _dips})(lr=0.3)
+        trainer = trainer_cls(
+            max_epochs=4,
+            callbacks=[cb.ModelCheckpoint(monitor="val_loss")],
+            default_root_dir=str(tmp_path / trainer_cls.__module__.split(".")[0]),
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+        )
+        data = Data()
+        trainer.fit(model, data.train_dataloader(), data.val_dataloader())
+        last = trainer.test(model, data.val_dataloader(), verbose=False)  # a module given: its weights as they are
+        with pytest.warns(UserWarning, match="best"):
+            best = trainer.test(dataloaders=data.val_dataloader(), verbose=False)
+        seen.append((last, best, harness.weights(model)))
+    (lit_last, lit_best, lit_weights), (last, best, weights) = seen
+    assert (last, best) == (lit_last, lit_best) and best != last
+    assert harness.differences(weights, lit_weights) == []  # the best weights are loaded into the module, as there

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -17,7 +18,7 @@ from interlock.connectors.torch_flags import check_deterministic, set_torch_flag
 from interlock.core.chart import Chart, load_chart
 from interlock.core.config import TrainerConfig
 from interlock.core.datamodule import LOADER_METHODS, check_datamodule, is_datamodule, provides
-from interlock.core.errors import ChartError
+from interlock.core.errors import ChartError, CheckpointError
 from interlock.core.events import EventBus, Handler, Listener, Observer, order_listeners
 from interlock.core.extension import Extension
 from interlock.core.module import Module, overrides
@@ -394,9 +395,10 @@ class Trainer:
     ) -> list[dict[str, float]]:
         """Run the validation loop once; return its metrics, one dict per loader (as Lightning).
 
-        ``module``: ``None`` runs the module of this trainer's latest stage (Lightning's). ``ckpt_path``:
-        ``None`` (the module's weights), a path, ``"last"``, or ``"best"`` (the best ``ModelCheckpoint``
-        file of this trainer's fit). ``verbose`` prints the results table on rank 0, as Lightning.
+        ``module``: ``None`` runs the module of this trainer's latest stage, with the best checkpoint of its
+        fit unless ``ckpt_path`` says otherwise (Lightning's rule, with its warning). ``ckpt_path``: ``None``
+        (the module's weights), a path, ``"last"``, or ``"best"`` (the best ``ModelCheckpoint`` file of this
+        trainer's fit). ``verbose`` prints the results table on rank 0, as Lightning.
         """
         results = self._evaluate("validate", module, dataloaders, ckpt_path, datamodule)
         return _report("validate", results, verbose, self.hardware.strategy)
@@ -428,7 +430,8 @@ class Trainer:
     ) -> Any:
         """Run the predict loop; return what ``predict_step`` returned for each batch (a list per loader if several).
 
-        ``module``: ``None`` runs the module of this trainer's latest stage. ``return_predictions=False``
+        ``module``: ``None`` runs the module of this trainer's latest stage (with its fit's best checkpoint
+        unless ``ckpt_path`` says otherwise, as for :meth:`validate`). ``return_predictions=False``
         keeps nothing and returns ``None`` (Lightning's: memory stays flat over a long predict whose
         ``predict_step`` or hooks write the outputs themselves); ``None`` means ``True``.
         """
@@ -447,6 +450,7 @@ class Trainer:
         return_predictions: bool = True,
     ) -> Any:
         module = unwrap_compiled(module)
+        connected = module is None  # Lightning's rule: a call without a module runs the fit's best weights
         if module is None:
             module = self.__dict__.get("_module")
             if module is None:
@@ -464,8 +468,19 @@ class Trainer:
                 f"Trainer.{stage}() needs dataloaders or datamodule=; pass one of them, or define "
                 f"{LOADER_METHODS[key]}() on {type(module).__name__}"
             )
+        if connected and ckpt_path is None:
+            ckpt_path = _best_for_a_call_without_module(stage, self.hardware.strategy.is_global_zero)
         if ckpt_path is not None and str(ckpt_path) == "best":
-            ckpt_path = best_checkpoint(self.listeners, self.state, stage)
+            try:
+                ckpt_path = best_checkpoint(self.listeners, self.state, stage)
+            except CheckpointError as exc:
+                if not connected:
+                    raise
+                raise CheckpointError(
+                    f"Trainer.{stage}() got no module, so it runs the best checkpoint of this trainer's fit, as "
+                    f"Lightning's does, and there is none: {exc}. Pass the module (trainer.{stage}(model, ...)) to "
+                    "use its weights as they are"
+                ) from None
         return self._launch(
             module, lambda s: s.evaluate(stage, module, dataloaders, ckpt_path, datamodule, return_predictions)
         )
@@ -487,6 +502,18 @@ class Trainer:
 
 
 _COMPILED = ("forward", "training_step", "validation_step", "test_step", "predict_step")
+
+
+def _best_for_a_call_without_module(stage: str, say: bool) -> str:
+    """``"best"``, with Lightning's warning: validate/test/predict without a module use the fit's best checkpoint."""
+    if say:
+        warnings.warn(
+            f"Trainer.{stage}() was called without a module: the best checkpoint of the previous fit is used, as "
+            f"Lightning's trainer does. Pass ckpt_path='best' or 'last' to choose (this warning goes), or the module "
+            f"(trainer.{stage}(model, ...)) to use its weights as they are",
+            stacklevel=4,
+        )
+    return "best"
 
 
 _DURING_FIT = (
