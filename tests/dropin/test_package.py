@@ -392,7 +392,7 @@ def test_small_utilities_behave_as_lightnings() -> None:
         ("callbacks.LearningRateMonitor(log_momentum=True)", "log_momentum"),
         ("callbacks.TQDMProgressBar(process_position=1)", "process_position"),
         ("loggers.TensorBoardLogger('.', log_graph=True)", "add_graph"),
-        ("loggers.CSVLogger('.', prefix='x')", "prefix"),
+        ("loggers.CSVLogger('.', flush_logs_every_n_steps=0)", "flush_logs_every_n_steps"),
     ],
 )
 def test_a_lightning_argument_interlock_cannot_honour_is_refused(make: str, says: str) -> None:
@@ -821,7 +821,13 @@ def test_lightning_cli_optimizer_serves_a_module_without_configure_optimizers(tm
 
     from interlock.lightning.cli import LightningCLI
 
-    args = ["fit", f"--trainer.default_root_dir={tmp_path}", "--trainer.max_epochs=1", "--optimizer=SGD"]
+    args = [
+        "fit",
+        f"--trainer.default_root_dir={tmp_path}",
+        "--trainer.max_epochs=1",
+        "--optimizer=SGD",
+        "--seed_everything=0",
+    ]
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         cli = LightningCLI(
@@ -1005,3 +1011,93 @@ def test_a_call_without_a_module_evaluates_the_fits_best_checkpoint_as_lightning
     (lit_last, lit_best, lit_weights), (last, best, weights) = seen
     assert (last, best) == (lit_last, lit_best) and best != last
     assert harness.differences(weights, lit_weights) == []  # the best weights are loaded into the module, as there
+
+
+class _Logs(Regression):
+    """Logs on step and epoch, on epoch only, in an epoch-end hook, in validation and test."""
+
+    def __init__(self, manual: bool = False) -> None:
+        super().__init__()
+        self.automatic_optimization = not manual
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        loss = torch.nn.functional.mse_loss(self.net(batch[0]), batch[1])
+        self.log("train_loss", loss, on_step=True, on_epoch=True)
+        self.log("half", loss / 2, on_step=False, on_epoch=True)
+        if self.automatic_optimization:
+            return loss
+        opt = self.optimizers()
+        opt.zero_grad()
+        self.manual_backward(loss)
+        opt.step()
+        return None
+
+    def on_train_epoch_end(self) -> None:
+        self.log("at_end", float(self.current_epoch))
+
+    test_step = Regression.validation_step
+
+
+class _LitLogs(LitRegression):
+    def __init__(self, manual: bool = False) -> None:
+        super().__init__()
+        self.automatic_optimization = not manual
+
+    training_step = _Logs.training_step
+    on_train_epoch_end = _Logs.on_train_epoch_end
+    test_step = Regression.validation_step
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        {"log_every_n_steps": 2, "accumulate_grad_batches": 2},
+        {"log_every_n_steps": 3, "manual": True},
+        {"log_every_n_steps": 1, "val_check_interval": 0.5},
+        {"log_every_n_steps": 4, "prefix": "p"},
+    ],
+    ids=["accumulation", "manual", "interval", "prefix"],
+)
+def test_csv_logger_writes_lightnings_metrics_csv(tmp_path: Path, flags: dict[str, Any]) -> None:
+    """CSVLogger's metrics.csv (step, epoch, validate and test rows; the header) equals Lightning's, byte for byte."""
+    from interlock.lightning.loggers import CSVLogger
+
+    flags = dict(flags)
+    manual, prefix = flags.pop("manual", False), flags.pop("prefix", "")
+    texts = []
+    for trainer_cls, module_cls, logger_cls in (
+        (pl.Trainer, _LitLogs, pl.loggers.CSVLogger),
+        (il.Trainer, _Logs, CSVLogger),
+    ):
+        root = tmp_path / trainer_cls.__module__.split(".")[0]
+        logger = logger_cls(str(root), name="exp", prefix=prefix)
+        trainer = trainer_cls(
+            max_epochs=2,
+            logger=logger,
+            default_root_dir=str(root),
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            **flags,
+        )
+        torch.manual_seed(0)
+        model, data = module_cls(manual=manual), Data(n=28)
+        trainer.fit(model, data.train_dataloader(), data.val_dataloader())
+        trainer.validate(model, data.val_dataloader(), verbose=False)
+        trainer.test(model, data.val_dataloader(), verbose=False)
+        folder = Path(logger.log_dir)
+        texts.append(((folder / "metrics.csv").read_text(), (folder / "hparams.yaml").read_text()))
+    assert texts[0] == texts[1]
+    assert "train_loss_step" in texts[1][0].splitlines()[0]
+
+
+def test_a_csv_logger_that_cannot_write_fails_the_run_naming_the_file(tmp_path: Path) -> None:
+    """metrics.csv that cannot be written (a file where its folder goes) fails the fit with an error naming it."""
+    from interlock.core.errors import OutputError
+    from interlock.lightning.loggers import CSVLogger
+
+    (tmp_path / "exp").write_text("a file where the logger's folder goes")
+    logger = CSVLogger(str(tmp_path), name="exp")
+    trainer = il.Trainer(max_epochs=1, logger=logger, enable_progress_bar=False, default_root_dir=str(tmp_path))
+    with pytest.raises(OutputError, match=r"exp/version_0/metrics\.csv"):
+        trainer.fit(Regression(), datamodule=Data())

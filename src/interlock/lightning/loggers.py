@@ -16,10 +16,10 @@ from typing import Any
 
 from interlock.core.events import Listener
 from interlock.lightning._refuse import missing, refuse_value
-from interlock.listeners import CSVLogger as _CSVLogger
 from interlock.listeners import MLFlowLogger, WandbLogger
 from interlock.listeners import TensorBoardLogger as _TensorBoardLogger
 from interlock.listeners._tracking import LoggerListener
+from interlock.listeners.csv_lightning import LightningCSVLogger
 
 __all__ = ["CSVLogger", "Logger", "MLFlowLogger", "TensorBoardLogger", "WandbLogger"]
 
@@ -54,11 +54,13 @@ def _version_dir(owner: str, save_dir: Any, name: str | None, version: int | str
     return root / sub, version
 
 
-class CSVLogger(_CSVLogger):
-    """Lightning's ``CSVLogger(save_dir, name="lightning_logs", version=None)``: ``metrics.csv`` in the version dir.
+class CSVLogger(LightningCSVLogger):
+    """Lightning's ``CSVLogger(save_dir, name="lightning_logs", version=None, prefix="")``.
 
-    Rows are written as each epoch, validation or test ends (Lightning flushes every
-    ``flush_logs_every_n_steps``; interlock writes each row as it appears, so that argument changes nothing).
+    ``metrics.csv`` in the version dir has Lightning's rows and columns: a row every
+    ``log_every_n_steps`` batches and one per epoch, validation or test end, with ``epoch`` and
+    ``step`` in each; the header sorted. Rows are written as they come (Lightning flushes every
+    ``flush_logs_every_n_steps``; the file ends the same).
     """
 
     def __init__(
@@ -69,13 +71,17 @@ class CSVLogger(_CSVLogger):
         prefix: str = "",
         flush_logs_every_n_steps: int = 100,
     ) -> None:
-        refuse_value("CSVLogger", "prefix", prefix, ("",), "log the names with the prefix in self.log")
         if not isinstance(flush_logs_every_n_steps, int) or flush_logs_every_n_steps < 1:
             raise ValueError(f"CSVLogger(flush_logs_every_n_steps={flush_logs_every_n_steps!r}) must be an int >= 1")
         folder, self.version = _version_dir("CSVLogger", save_dir, name, version)
-        super().__init__(save_dir=folder)
+        super().__init__(save_dir=folder, prefix=prefix)
         self.root_dir = str(Path(save_dir) / (name or ""))
         self.logger_name = name or ""
+
+    @property
+    def name(self) -> str:
+        """Lightning's ``logger.name``: the folder under ``save_dir``."""
+        return self.logger_name
 
     @property
     def log_dir(self) -> str:

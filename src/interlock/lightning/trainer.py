@@ -383,10 +383,10 @@ class Trainer(NodeLayout, NativeTrainer):
 
     @property
     def loggers(self) -> list[Listener]:
-        """The logger listeners (``CSVLogger``, ``TensorBoardLogger``)."""
-        from interlock.listeners import CSVLogger, TensorBoardLogger
+        """The logger listeners (``CSVLogger``, ``TensorBoardLogger``, ``MLFlowLogger``, ``WandbLogger``), in order."""
+        from interlock.listeners._tracking import LoggerListener
 
-        return [x for x in self.listeners if isinstance(x, CSVLogger | TensorBoardLogger)]
+        return [x for x in self.listeners if isinstance(x, LoggerListener)]
 
     @property
     def logger(self) -> Listener | None:

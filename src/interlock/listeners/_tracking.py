@@ -234,7 +234,8 @@ class TrackingLogger(LoggerListener):
         if rows and self._run_id is not None and not self._off:
             stepped = state.progress.train_batches if self._manual else state.global_step
             step = max(stepped - 1, 0) if state.stage == "fit" else stepped
-            batches = [self._row(row) for row in rows]
+            epoch = None if state.stage == "fit" else state.current_epoch  # Lightning's, after a fit: epochs trained
+            batches = [self._row(row, epoch) for row in rows]
 
             def send() -> None:
                 for metrics in batches:
@@ -247,10 +248,11 @@ class TrackingLogger(LoggerListener):
             update = self._upload(state) or update
         return update
 
-    def _row(self, row: Mapping[str, Any]) -> dict[str, float]:
+    def _row(self, row: Mapping[str, Any], epoch: int | None = None) -> dict[str, float]:
+        """A history row's metrics and its ``epoch`` (``epoch`` given: Lightning's ``current_epoch`` instead)."""
         metrics = {self._name(k): v for k, v in row_metrics(row).items()}
         if "epoch" in row:
-            metrics[self._name("epoch")] = float(row["epoch"])
+            metrics[self._name("epoch")] = float(row["epoch"] if epoch is None else epoch)
         return metrics
 
     @listen("finished")
