@@ -1048,6 +1048,26 @@ class _LitLogs(LitRegression):
     test_step = Regression.validation_step
 
 
+def _log_stages(
+    trainer_cls: Any, module_cls: Any, logger: Any, root: Path, flags: dict[str, Any], manual: bool
+) -> None:
+    """fit, validate and test a module that logs, with ``logger``, as the logger tests run both trainers."""
+    trainer = trainer_cls(
+        max_epochs=2,
+        logger=logger,
+        default_root_dir=str(root),
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        **flags,
+    )
+    torch.manual_seed(0)
+    model, data = module_cls(manual=manual), Data(n=28)
+    trainer.fit(model, data.train_dataloader(), data.val_dataloader())
+    trainer.validate(model, data.val_dataloader(), verbose=False)
+    trainer.test(model, data.val_dataloader(), verbose=False)
+
+
 @pytest.mark.parametrize(
     "flags",
     [
@@ -1071,20 +1091,7 @@ def test_csv_logger_writes_lightnings_metrics_csv(tmp_path: Path, flags: dict[st
     ):
         root = tmp_path / trainer_cls.__module__.split(".")[0]
         logger = logger_cls(str(root), name="exp", prefix=prefix)
-        trainer = trainer_cls(
-            max_epochs=2,
-            logger=logger,
-            default_root_dir=str(root),
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            **flags,
-        )
-        torch.manual_seed(0)
-        model, data = module_cls(manual=manual), Data(n=28)
-        trainer.fit(model, data.train_dataloader(), data.val_dataloader())
-        trainer.validate(model, data.val_dataloader(), verbose=False)
-        trainer.test(model, data.val_dataloader(), verbose=False)
+        _log_stages(trainer_cls, module_cls, logger, root, flags, manual)
         folder = Path(logger.log_dir)
         texts.append(((folder / "metrics.csv").read_text(), (folder / "hparams.yaml").read_text()))
     assert texts[0] == texts[1]
@@ -1101,3 +1108,41 @@ def test_a_csv_logger_that_cannot_write_fails_the_run_naming_the_file(tmp_path: 
     trainer = il.Trainer(max_epochs=1, logger=logger, enable_progress_bar=False, default_root_dir=str(tmp_path))
     with pytest.raises(OutputError, match=r"exp/version_0/metrics\.csv"):
         trainer.fit(Regression(), datamodule=Data())
+
+
+def _scalars(folder: str) -> dict[str, list[tuple[int, float]]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(folder)
+    events.Reload()
+    # each stage writes an event file; the order files are read in is not the order written: sort by step
+    return {tag: sorted((e.step, e.value) for e in events.Scalars(tag)) for tag in sorted(events.Tags()["scalars"])}
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        {"log_every_n_steps": 2, "accumulate_grad_batches": 2},
+        {"log_every_n_steps": 3, "manual": True, "default_hp_metric": False},
+        {"log_every_n_steps": 4, "prefix": "p"},
+    ],
+    ids=["accumulation", "manual-no-hp-metric", "prefix"],
+)
+def test_tensorboard_logger_writes_lightnings_scalars(tmp_path: Path, flags: dict[str, Any]) -> None:
+    """TensorBoardLogger's scalars (tag, step, value), hp_metric and hparams.yaml are Lightning's, fit to test."""
+    from interlock.lightning.loggers import TensorBoardLogger
+
+    flags = dict(flags)
+    manual = flags.pop("manual", False)
+    options = {"prefix": flags.pop("prefix", ""), "default_hp_metric": flags.pop("default_hp_metric", True)}
+    seen = []
+    for trainer_cls, module_cls, logger_cls in (
+        (pl.Trainer, _LitLogs, pl.loggers.TensorBoardLogger),
+        (il.Trainer, _Logs, TensorBoardLogger),
+    ):
+        root = tmp_path / trainer_cls.__module__.split(".")[0]
+        logger = logger_cls(str(root), name="tb", **options)
+        _log_stages(trainer_cls, module_cls, logger, root, flags, manual)
+        seen.append((_scalars(logger.log_dir), (Path(logger.log_dir) / "hparams.yaml").read_text()))
+    assert seen[0] == seen[1]
+    assert any(tag.endswith("train_loss_step") for tag in seen[1][0])

@@ -17,9 +17,9 @@ from typing import Any
 from interlock.core.events import Listener
 from interlock.lightning._refuse import missing, refuse_value
 from interlock.listeners import MLFlowLogger, WandbLogger
-from interlock.listeners import TensorBoardLogger as _TensorBoardLogger
 from interlock.listeners._tracking import LoggerListener
 from interlock.listeners.csv_lightning import LightningCSVLogger
+from interlock.listeners.tensorboard_lightning import LightningTensorBoardLogger
 
 __all__ = ["CSVLogger", "Logger", "MLFlowLogger", "TensorBoardLogger", "WandbLogger"]
 
@@ -95,10 +95,13 @@ class CSVLogger(LightningCSVLogger):
         )
 
 
-class TensorBoardLogger(_TensorBoardLogger):
+class TensorBoardLogger(LightningTensorBoardLogger):
     """Lightning's ``TensorBoardLogger(save_dir, name="lightning_logs", version=None, ...)``.
 
-    ``logger.experiment`` is the ``SummaryWriter`` once a run has started (for ``add_image`` and the like).
+    The event files hold Lightning's scalars: every value logged on step, every ``log_every_n_steps``
+    batches, and every epoch, validation or test value, each with ``epoch``, at Lightning's step; the
+    ``hp_metric`` placeholder and ``hparams.yaml``. ``logger.experiment`` is the ``SummaryWriter``
+    once a run has started (for ``add_image`` and the like).
     """
 
     def __init__(
@@ -113,7 +116,6 @@ class TensorBoardLogger(_TensorBoardLogger):
         **kwargs: Any,
     ) -> None:
         refuse_value("TensorBoardLogger", "log_graph", log_graph, (False,), "call experiment.add_graph(...) yourself")
-        refuse_value("TensorBoardLogger", "prefix", prefix, ("",), "log the names with the prefix in self.log")
         if kwargs:
             raise ValueError(
                 f"TensorBoardLogger({', '.join(kwargs)}=...): SummaryWriter arguments are not supported by interlock; "
@@ -124,13 +126,17 @@ class TensorBoardLogger(_TensorBoardLogger):
         folder, self.version = _version_dir("TensorBoardLogger", save_dir, name, version)
         if sub_dir is not None:
             folder = folder / sub_dir
-        super().__init__(save_dir=folder)
+        super().__init__(save_dir=folder, prefix=prefix, default_hp_metric=default_hp_metric)
         self.root_dir = str(Path(save_dir) / (name or ""))
         self.logger_name = name or ""
-        self.default_hp_metric = default_hp_metric  # interlock writes no hp_metric placeholder
 
     @property
-    def log_dir(self) -> str:  # type: ignore[override]
+    def name(self) -> str:
+        """Lightning's ``logger.name``: the folder under ``save_dir``."""
+        return self.logger_name
+
+    @property
+    def log_dir(self) -> str:
         """``save_dir/name/version_N`` (``/sub_dir``), as Lightning's."""
         return str(self.save_dir)
 

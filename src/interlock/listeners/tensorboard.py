@@ -14,7 +14,18 @@ from interlock.core.updates import SetListenerState
 from interlock.listeners._tracking import LoggerListener
 from interlock.listeners._util import is_rank_zero, loss_tensor, output_dir, row_metrics, stage_starts
 
-__all__ = ["TensorBoardLogger"]
+__all__ = ["TensorBoardLogger", "summary_writer"]
+
+
+def summary_writer(folder: Path) -> Any:
+    """A ``SummaryWriter`` writing to ``folder``; an ``ImportError`` naming the extra without ``tensorboard``."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "TensorBoardLogger needs the tensorboard package: pip install 'interlock[tensorboard]'"
+        ) from exc
+    return SummaryWriter(log_dir=str(folder))
 
 
 class TensorBoardLogger(LoggerListener):
@@ -79,13 +90,7 @@ class TensorBoardLogger(LoggerListener):
         if self._writer is None:
             if self._dir is None:
                 raise RuntimeError("TensorBoardLogger wrote before its directory was known; pass save_dir=...")
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError as exc:  # pragma: no cover - depends on the environment
-                raise ImportError(
-                    "TensorBoardLogger needs the tensorboard package: pip install 'interlock[tensorboard]'"
-                ) from exc
-            self._writer = SummaryWriter(log_dir=str(self._dir))
+            self._writer = summary_writer(self._dir)
         return self._writer
 
     @listen("#stage_start")
