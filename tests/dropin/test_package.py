@@ -1146,3 +1146,48 @@ def test_tensorboard_logger_writes_lightnings_scalars(tmp_path: Path, flags: dic
         seen.append((_scalars(logger.log_dir), (Path(logger.log_dir) / "hparams.yaml").read_text()))
     assert seen[0] == seen[1]
     assert any(tag.endswith("train_loss_step") for tag in seen[1][0])
+
+
+class _StepOnly(Regression):
+    """Logs the loss on step only (training_step's default) and returns it with an extra scalar nobody logs."""
+
+    def __init__(self, manual: bool = False) -> None:
+        super().__init__()
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        loss = torch.nn.functional.mse_loss(self.net(batch[0]), batch[1])
+        self.log("train_loss", loss)
+        return {"loss": loss, "extra": loss.detach() * 2}
+
+    def validation_step(self, batch: Any, batch_idx: int) -> Any:
+        loss = torch.nn.functional.mse_loss(self.net(batch[0]), batch[1])
+        self.log("val_loss", loss)
+        return {"val_extra": loss * 3}
+
+    test_step = Regression.validation_step
+
+
+class _LitStepOnly(LitRegression):
+    def __init__(self, manual: bool = False) -> None:
+        super().__init__()
+
+    training_step = _StepOnly.training_step
+    validation_step = _StepOnly.validation_step
+    test_step = Regression.validation_step
+
+
+def test_lightning_loggers_write_no_epoch_row_for_values_logged_on_step_or_only_returned(tmp_path: Path) -> None:
+    """A name logged on step only, or a scalar a step returns, makes no epoch row in metrics.csv, as in Lightning."""
+    from interlock.lightning.loggers import CSVLogger
+
+    texts = []
+    for trainer_cls, module_cls, logger_cls in (
+        (pl.Trainer, _LitStepOnly, pl.loggers.CSVLogger),
+        (il.Trainer, _StepOnly, CSVLogger),
+    ):
+        root = tmp_path / trainer_cls.__module__.split(".")[0]
+        logger = logger_cls(str(root), name="exp")
+        _log_stages(trainer_cls, module_cls, logger, root, {"log_every_n_steps": 2}, False)
+        texts.append((Path(logger.log_dir) / "metrics.csv").read_text())
+    assert texts[0] == texts[1]
+    assert "extra" not in texts[1]

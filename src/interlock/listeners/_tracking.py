@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from pathlib import Path
 from typing import Any, Literal
 
@@ -95,6 +95,8 @@ class TrackingLogger(LoggerListener):
         self._warned = False
         self._manual = False  # manual optimization: Lightning counts every batch as one that stepped
         self._stage_starts: frozenset[str] = frozenset()
+        self._step_names: set[str] = set()  # names the module logged on step this stage (never in an epoch row)
+        self._names_epoch = -1  # the epoch whose first batch end taught _step_names
 
     # -- what the Trainer hands over -----------------------------------------------------
     def bind_tags(self, tags: Mapping[str, frozenset[str]]) -> None:
@@ -190,6 +192,7 @@ class TrackingLogger(LoggerListener):
             self._rank_zero = state.is_global_zero
             self._off = self._warned = False
             self._manual = False
+            self._step_names, self._names_epoch = set(), -1
 
     @listen("#epoch_start")
     def on_epoch_start(self, event: Event, state: TrainerState) -> SetListenerState | None:
@@ -204,6 +207,9 @@ class TrackingLogger(LoggerListener):
     def on_train_batch_end(self, event: Event) -> None:
         if self._run_id is None or self._off or self._rank_zero is False:
             return
+        if event.epoch != self._names_epoch:  # what the module logs on step, learnt once an epoch
+            self._names_epoch = event.epoch
+            self._step_names.update(event.payload.get("logged") or ())
         n = self.log_every_n_steps
         # Lightning logs when (batches stepped before this one + 1) % n == 0, at the count before this one;
         # under manual optimization every batch counts as one that stepped (event.count: all batch ends)
@@ -235,7 +241,10 @@ class TrackingLogger(LoggerListener):
             stepped = state.progress.train_batches if self._manual else state.global_step
             step = max(stepped - 1, 0) if state.stage == "fit" else stepped
             epoch = None if state.stage == "fit" else state.current_epoch  # Lightning's, after a fit: epochs trained
-            batches = [self._row(row, epoch) for row in rows]
+            # Lightning's epoch rows hold what the module logged on epoch: not a scalar a step only returned
+            # (to_callbacks False), nor the latest value of a name logged on step only
+            skip = self._step_names | {k for k, shown in state.to_callbacks.items() if not shown}
+            batches = [m for m in (self._row(row, epoch, skip) for row in rows) if set(m) - {self._name("epoch")}]
 
             def send() -> None:
                 for metrics in batches:
@@ -248,9 +257,9 @@ class TrackingLogger(LoggerListener):
             update = self._upload(state) or update
         return update
 
-    def _row(self, row: Mapping[str, Any], epoch: int | None = None) -> dict[str, float]:
-        """A history row's metrics and its ``epoch`` (``epoch`` given: Lightning's ``current_epoch`` instead)."""
-        metrics = {self._name(k): v for k, v in row_metrics(row).items()}
+    def _row(self, row: Mapping[str, Any], epoch: int | None = None, skip: Set[str] = frozenset()) -> dict[str, float]:
+        """A history row's metrics but ``skip``, and its ``epoch`` (``epoch`` given: Lightning's ``current_epoch``)."""
+        metrics = {self._name(k): v for k, v in row_metrics(row).items() if k not in skip}
         if "epoch" in row:
             metrics[self._name("epoch")] = float(row["epoch"] if epoch is None else epoch)
         return metrics
