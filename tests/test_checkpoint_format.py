@@ -35,6 +35,7 @@ def test_torch_load_reads_a_trainer_checkpoint_with_lightnings_names(tmp_path: P
     assert all(torch.equal(raw["state_dict"][k], v) for k, v in module.state_dict().items())
     assert raw["optimizer_states"][0]["param_groups"][0]["momentum"] == 0.9
     assert raw["lr_schedulers"][0]["step_size"] == 1
+    assert (raw["epoch"], raw["global_step"]) == (0, 6)  # saved at the end of epoch 0, Lightning's current_epoch
     mine = interlock.load_checkpoint(last)  # the verified reader gives the same tensors
     assert all(torch.equal(mine["state_dict"][k], raw["state_dict"][k]) for k in raw["state_dict"])
 

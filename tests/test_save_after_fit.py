@@ -59,7 +59,7 @@ def test_the_checkpoint_holds_the_fit_as_it_ended_and_the_weights_as_they_are(tm
     trainer.save_checkpoint(tmp_path / "x.ckpt")
     ckpt = interlock.load_checkpoint(tmp_path / "x.ckpt")
     assert ckpt["trainer_state"]["stage"] == "fit" and ckpt["trainer_state"]["status"] == "finished"
-    assert (ckpt["epoch"], ckpt["global_step"]) == (fitted.epoch, fitted.global_step)
+    assert (ckpt["epoch"], ckpt["global_step"]) == (fitted.current_epoch, fitted.global_step) == (2, 12)
     assert torch.equal(ckpt["state_dict"]["net.0.bias"], module.net[0].bias)
     assert ckpt["optimizer_states"] and ckpt["optimizer_states"][0]["state"]  # SGD momentum buffers
 

@@ -222,14 +222,19 @@ def test_save_checkpoint_after_fit_is_continued_as_lightnings(tmp_path: Path) ->
         trainer.fit(model, Data().train_dataloader(), Data().val_dataloader())
         path = root / "kept" / "final.ckpt"  # a folder that does not exist yet: made, as Lightning does
         trainer.save_checkpoint(path)
+        raw = torch.load(path, weights_only=True)  # what user code reads from any Lightning checkpoint
+        read = (raw["epoch"], raw["global_step"], sorted(raw["state_dict"]), len(raw["optimizer_states"]))
         loaded = module_cls.load_from_checkpoint(path)
         torch.manual_seed(1)
         resumed = module_cls()
         longer = trainer_cls(max_epochs=4, **flags)
         longer.fit(resumed, Data().train_dataloader(), Data().val_dataloader(), ckpt_path=str(path))
-        outcomes.append((longer.current_epoch, longer.global_step, harness.weights(loaded), harness.weights(resumed)))
-    (lit_epoch, lit_step, lit_loaded, lit_resumed), (epoch, step, loaded, resumed) = outcomes
+        outcomes.append(
+            (longer.current_epoch, longer.global_step, harness.weights(loaded), harness.weights(resumed), read)
+        )
+    (lit_epoch, lit_step, lit_loaded, lit_resumed, lit_read), (epoch, step, loaded, resumed, read) = outcomes
     assert (epoch, step) == (lit_epoch, lit_step) == (4, 16)
+    assert read == lit_read and read[:2] == (2, 8)
     assert harness.differences(loaded, lit_loaded) == []
     assert harness.differences(resumed, lit_resumed) == []
 

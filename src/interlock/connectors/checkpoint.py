@@ -115,6 +115,8 @@ def dump(
     hparams = getattr(module, "hparams", None)  # Module.save_hyperparameters: plain data, checked when recorded
     payload = {
         "format": CHECKPOINT_FORMAT,
+        "epoch": state.current_epoch,  # Lightning's keys and values (torch.load(path)["epoch"])
+        "global_step": state.global_step,
         **({"hyper_parameters": dict(hparams)} if hparams else {}),
         **({"hparams_name": module.__dict__["_hparams_name"]} if module.__dict__.get("_hparams_name") else {}),
         "state": state_dict,

@@ -79,7 +79,8 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu") -> 
 
     Keys (Lightning's names where Lightning has one): ``state_dict`` (the weights),
     ``hyper_parameters`` (what ``save_hyperparameters`` recorded; ``{}`` if nothing),
-    ``epoch`` (0-based, the epoch it was saved in), ``global_step``, ``optimizer_states``,
+    ``epoch`` (Lightning's ``current_epoch`` when it was saved: the 0-based epoch during a fit, the
+    epochs trained once one has ended), ``global_step``, ``optimizer_states``,
     ``lr_schedulers``, ``trainer_state`` (the whole :class:`~interlock.TrainerState` as plain
     data) and ``format``. :class:`~interlock.CheckpointError` names the file when it is missing,
     damaged or not an interlock checkpoint (a Lightning one: use :func:`load_lightning_weights`).
@@ -94,6 +95,7 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu") -> 
     state: Mapping[str, Any] = ckpt["state"] if isinstance(ckpt.get("state"), Mapping) else {}
     progress: Mapping[str, Any] = state["progress"] if isinstance(state.get("progress"), Mapping) else {}
     internal = {"format", "state", "state_dict", "optimizer_states", "lr_schedulers", "precision", "rng", "grads"}
+    internal |= {"epoch", "global_step"}
     internal |= {"hyper_parameters", "hparams_name"}
     return {
         **{k: v for k, v in ckpt.items() if k not in internal},  # what the module's on_save_checkpoint added
@@ -101,8 +103,8 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu") -> 
         "state_dict": dict(ckpt["state_dict"]),
         "hyper_parameters": dict(ckpt.get("hyper_parameters") or {}),
         "hparams_name": ckpt.get("hparams_name") if isinstance(ckpt.get("hparams_name"), str) else None,
-        "epoch": progress.get("epoch", 0),
-        "global_step": progress.get("global_step", 0),
+        "epoch": ckpt.get("epoch", progress.get("epoch", 0)),  # Lightning's current_epoch (format 1: the cursor)
+        "global_step": ckpt.get("global_step", progress.get("global_step", 0)),
         "optimizer_states": list(ckpt.get("optimizer_states", [])),
         "lr_schedulers": list(ckpt.get("lr_schedulers", [])),
         "trainer_state": dict(state),
