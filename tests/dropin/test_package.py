@@ -1196,3 +1196,42 @@ def test_lightning_loggers_write_no_epoch_row_for_values_logged_on_step_or_only_
         texts.append((Path(logger.log_dir) / "metrics.csv").read_text())
     assert texts[0] == texts[1]
     assert "extra" not in texts[1]
+
+
+class _Scheduled(_StepOnly):
+    def configure_optimizers(self) -> Any:
+        opt = torch.optim.SGD(self.parameters(), lr=0.1)
+        return {
+            "optimizer": opt,
+            "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.StepLR(opt, 2, 0.5), "interval": "step"},
+        }
+
+
+class _LitScheduled(_LitStepOnly):
+    configure_optimizers = _Scheduled.configure_optimizers
+
+
+@pytest.mark.parametrize(("interval", "accumulate"), [("step", 1), (None, 2), ("epoch", 1)])
+def test_learning_rate_monitor_rows_in_metrics_csv_are_lightnings(
+    tmp_path: Path, interval: str | None, accumulate: int
+) -> None:
+    """LearningRateMonitor's lr-* rows in CSVLogger's metrics.csv (moments, steps, values) equal Lightning's."""
+    import interlock.lightning.callbacks as mine_cb
+    from interlock.lightning.loggers import CSVLogger
+
+    texts = []
+    for trainer_cls, module_cls, logger_cls, cb in (
+        (pl.Trainer, _LitScheduled, pl.loggers.CSVLogger, pl.callbacks),
+        (il.Trainer, _Scheduled, CSVLogger, mine_cb),
+    ):
+        root = tmp_path / trainer_cls.__module__.split(".")[0]
+        logger = logger_cls(str(root), name="exp")
+        flags = {
+            "log_every_n_steps": 2,
+            "accumulate_grad_batches": accumulate,
+            "callbacks": [cb.LearningRateMonitor(logging_interval=interval)],
+        }
+        _log_stages(trainer_cls, module_cls, logger, root, flags, False)
+        texts.append((Path(logger.log_dir) / "metrics.csv").read_text())
+    assert texts[0] == texts[1]
+    assert "lr-SGD" in texts[1].splitlines()[0]

@@ -90,6 +90,7 @@ class TrackingLogger(LoggerListener):
         self.log_every_n_steps = 50
         self._hparams: dict[str, Any] = {}
         self._checkpoints: tuple[Any, ...] = ()
+        self._lr_monitors: tuple[Any, ...] = ()  # LearningRateMonitor listeners whose rates are rows here
         self._run_id: str | None = None  # the open run (None: not opened in this process)
         self._off = False  # a tracking call failed: nothing more is sent this stage
         self._warned = False
@@ -115,11 +116,19 @@ class TrackingLogger(LoggerListener):
         """The run's ``ModelCheckpoint`` listeners, whose kept files ``log_model`` uploads."""
         self._checkpoints = tuple(checkpoints)
 
+    def bind_lr_monitors(self, monitors: Sequence[Any]) -> None:
+        """The run's ``LearningRateMonitor`` listeners: their rates are rows here, as Lightning's writes them."""
+        self._lr_monitors = tuple(monitors)
+
     def subscriptions(self) -> Iterator[tuple[str, Handler, int | None, bool | int]]:
-        """The declared handlers, less the per-batch one when ``log_every_n_steps`` is 0."""
+        """The declared handlers, less the per-batch ones when ``log_every_n_steps`` is 0 or no monitor is bound."""
         for pattern, handler, every, once in super().subscriptions():
-            if self.log_every_n_steps or getattr(handler, "__name__", "") != "on_train_batch_end":
-                yield pattern, handler, every, once
+            name = getattr(handler, "__name__", "")
+            if name == "on_train_batch_end" and not self.log_every_n_steps:
+                continue
+            if name in ("on_rates_at_batch_start", "on_rates_at_epoch_start") and not self._lr_monitors:
+                continue
+            yield pattern, handler, every, once
 
     # -- what a subclass implements ------------------------------------------------------
     def _open(self, run_id: str | None) -> str:
@@ -220,6 +229,31 @@ class TrackingLogger(LoggerListener):
             self._manual = True
             if event.count % n == 0:
                 self._step_row(event, event.count - 1)
+
+    @listen("#train_batch_start")
+    def on_rates_at_batch_start(self, event: Event, state: TrainerState) -> None:
+        """Lightning's monitor: the rates at a batch start when the loggers are due, at the batches stepped."""
+        if self._run_id is None or self._off or self._rank_zero is False:
+            return
+        stepped = event.count - 1 if state.manual_optimization else event.global_step
+        if ((stepped + 1) % self.log_every_n_steps if self.log_every_n_steps else 1) and not state.should_stop:
+            return
+        self._rates(event, "step", stepped)
+
+    @listen("#epoch_start")
+    def on_rates_at_epoch_start(self, event: Event, state: TrainerState) -> None:
+        if self._run_id is None or self._off or self._rank_zero is False:
+            return
+        self._rates(event, "epoch", state.progress.train_batches if state.manual_optimization else event.global_step)
+
+    def _rates(self, event: Event, moment: str, step: int) -> None:
+        rates: dict[str, float] = {}
+        for monitor in self._lr_monitors:
+            if monitor.logging_interval in (None, moment):
+                rates.update(monitor.rates(event, moment))
+        if rates:
+            metrics = {self._name(k): v for k, v in rates.items()}
+            self._safely(f"log metrics to {self.where}", lambda: self._send_metrics(metrics, step))
 
     def _step_row(self, event: Event, step: int) -> None:
         logged = event.payload.get("logged") or {}

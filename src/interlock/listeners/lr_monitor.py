@@ -5,7 +5,8 @@ Listeners never see optimizers, so this reads the rates from the event payload:
 (lr_of_group_0, lr_of_group_1, ...), scheduler_interval)`` entry per optimizer
 (the interval ``"step"``, ``"epoch"`` or ``""`` without a scheduler; a pair
 without it counts as ``""``), on ``fit.train.epoch_start`` (``logging_interval="epoch"``)
-or ``fit.train.batch.optimizer_step`` (``"step"``); ``None``, the default as in
+or ``fit.train.batch.optimizer_step`` (``"step"``; the loggers that write Lightning's rows read it
+on ``fit.train.batch.step``, as Lightning's monitor logs at the batch start); ``None``, the default as in
 Lightning, logs each optimizer at its scheduler's interval, and one without a
 scheduler at both. Those states declare the ``lr`` payload key in the chart (built
 only when a handler reads it); a custom chart whose states do not gets a
@@ -67,6 +68,11 @@ class LearningRateMonitor(Listener):
         return self._log(event, "step")
 
     def _log(self, event: Event, interval: str) -> LogMetrics | None:
+        logged = self.rates(event, interval)
+        return LogMetrics(logged) if logged else None
+
+    def rates(self, event: Event, interval: str) -> dict[str, float]:
+        """The rates this monitor logs at ``event``, an ``interval`` moment (``"step"`` or ``"epoch"``), by name."""
         optimizers: Any = event.payload.get(LR_PAYLOAD_KEY)
         if optimizers is None:
             raise RuntimeError(
@@ -82,4 +88,4 @@ class LearningRateMonitor(Listener):
                 name = next(names)
                 if self.logging_interval is not None or own in ("", interval):
                     logged[name] = float(lr)
-        return LogMetrics(logged) if logged else None
+        return logged

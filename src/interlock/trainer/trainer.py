@@ -27,6 +27,7 @@ from interlock.core.state import TrainerState
 from interlock.core.step import Facts
 from interlock.listeners._tracking import LoggerListener
 from interlock.listeners.checkpoint import ModelCheckpoint
+from interlock.listeners.lr_monitor import LearningRateMonitor
 from interlock.loops import default_registry
 from interlock.trainer.flags import check_lightning_flags, check_model_summary, resolve_listeners, split_callbacks
 from interlock.trainer.runtime import Runtime
@@ -199,8 +200,16 @@ class Trainer:
             # their on_train_batch_end: the event's first handler (before a checkpoint's save)
             handler: Any = batch_end_handler(lambda: self.runtime.current_run)  # (event): no state snapshot built
             self.bus.on("#train_batch_end", handler, source="callbacks")
+        self._subscribe()
+
+    def _subscribe(self) -> None:
+        """Subscribe every listener's handlers and observers (loggers are told of the rate monitors first)."""
+        monitors = [x for x in self.listeners if isinstance(x, LearningRateMonitor)]
         for listener in self.listeners:
             listener.bind_tags(self.bus.tags)
+            bind = getattr(listener, "bind_lr_monitors", None)
+            if bind is not None:
+                bind(monitors)
             for pattern, handler, every, once in listener.subscriptions():
                 self.bus.on(pattern, handler, every=every, once=once, source=listener.key)
             for observer in listener.observers():
@@ -236,12 +245,7 @@ class Trainer:
         ordered = order_listeners([*kept, *listeners])
         last: list[Listener] = [x for x in ordered if isinstance(x, ModelCheckpoint)]  # Lightning: checkpoints last
         self.listeners = [x for x in ordered if not isinstance(x, ModelCheckpoint)] + last
-        for listener in self.listeners:
-            listener.bind_tags(self.bus.tags)
-            for pattern, handler_, every, once in listener.subscriptions():
-                self.bus.on(pattern, handler_, every=every, once=once, source=listener.key)
-            for observer in listener.observers():
-                self.bus.observe(observer, source=listener.key)
+        self._subscribe()
 
     # -- events and state -------------------------------------------------------------
     def on(
