@@ -325,7 +325,7 @@ def test_payload_mappings_cannot_be_written(trainer_factory: Any) -> None:
     trainer.on("fit.train.batch.step", lambda e: seen.append(set(e.payload)))
     trainer.fit(TinyModule(), loader(32, 16))
     assert errors and "does not support item assignment" in errors[0]
-    assert seen == [{"batch", "batch_idx", "device"}]  # what the chart declares on the state
+    assert seen == [{"batch", "batch_idx", "device", "lr"}]  # what the chart declares on the state
 
 
 def test_a_handler_changing_a_payload_tensor_cannot_change_the_step(trainer_factory: Any) -> None:
