@@ -45,7 +45,6 @@ class FinishedFit:
         if path.is_dir():
             raise IsADirectoryError(f"trainer.save_checkpoint({str(filepath)!r}): it is a directory; pass a file path")
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.run.state_ref = self.run.facts_ref = lambda: self.state  # the fit's end, whatever ran since
         write_checkpoint(self.run, str(path), weights_only=weights_only, rng=self.rng)
         return path
 
@@ -65,9 +64,10 @@ def keep_ended(run: Run, state: TrainerState, strategy: Strategy) -> Run | None:
 def keep_finished(run: Run | None, state: TrainerState, strategy: Strategy) -> FinishedFit | str:
     """``run`` kept for :meth:`FinishedFit.save`, or why a checkpoint cannot be written after this fit.
 
-    ``run`` is ``None`` when the fit ran in processes the strategy started.
+    ``run`` is what :func:`keep_ended` kept (its state fixed as the fit ended); ``None`` when it kept
+    nothing, the fit having run over several processes.
     """
-    if strategy.world_size > 1 or strategy.launches_processes or run is None:
+    if run is None:
         return (
             f"a fit over {strategy.world_size} processes has torn its process group down when fit() returns; save "
             "during fit instead: ModelCheckpoint(save_last=True) writes last.ckpt, which fit(ckpt_path='last') "

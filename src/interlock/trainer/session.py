@@ -125,7 +125,7 @@ class Session:
             state, strategy = self.runtime.state, self.hardware.strategy
             self.ended = keep_ended(run, state, strategy)
             if stage == "fit":
-                self.fitted = keep_finished(run if self.ended is not None else None, state, strategy)
+                self.fitted = keep_finished(self.ended, state, strategy)
             bus = self.runtime.bus  # a replay-to follower whose target the stage never reached
             if any(s.startswith(f"{FOLLOW_SOURCE}.") for s in bus.observer_sources()):
                 bus.remove_sources({FOLLOW_SOURCE})
