@@ -612,3 +612,16 @@ def test_remove_checkpoint_deletes_only_checkpoints(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match=r"refusing to remove .*model.pt.*plain torch.save"):
         IO.remove_checkpoint(other)
     assert other.exists()
+
+
+def test_remove_checkpoint_replaces_a_damaged_checkpoint_of_ours(tmp_path: Path) -> None:
+    """A checkpoint of ours whose payload or header is damaged is still ours by its marker: it can be removed."""
+    for name, damaged in (
+        ("no-time.ckpt", lambda p: raw_file(p, torch_bytes({"a": 1}), created=None)),
+        ("old.ckpt", lambda p: version_1_file(p, b"garbage", payload_bytes=99)),
+    ):
+        path = damaged(tmp_path / name)
+        with pytest.raises(CheckpointError):
+            IO.load_checkpoint(path)
+        IO.remove_checkpoint(path)
+        assert not path.exists()

@@ -531,11 +531,12 @@ def settle(jobs: Iterable[Future[Any]]) -> None:
 def _remove(target: Path) -> None:
     if not target.exists():
         return
-    with _open_for_read(target) as f:
-        try:
-            _locate(f, target)
-        except CheckpointError as exc:
-            raise CheckpointError(f"refusing to remove {target}: {exc}") from None
+    with _open_for_read(target) as f:  # ours by its marker (a damaged checkpoint of ours is still replaced)
+        size = os.fstat(f.fileno()).st_size
+        head = f.read(len(MAGIC))
+        f.seek(max(size - TRAILER_BYTES, 0))
+        if head != MAGIC and f.read(len(MAGIC)) != MAGIC:
+            raise CheckpointError(f"refusing to remove {target}: it is {_not_ours(head, f, size, target)}")
     try:
         target.unlink()
     except FileNotFoundError:
