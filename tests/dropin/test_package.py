@@ -287,6 +287,8 @@ PUBLIC = {
     ],
     "interlock.lightning.utilities.types": ["STEP_OUTPUT", "OptimizerLRScheduler"],
     "interlock.lightning.utilities.seed": ["isolate_rng"],
+    "interlock.lightning.trainer": ["Trainer"],
+    "interlock.lightning.trainer.states": ["TrainerFn", "RunningStage", "TrainerStatus", "TrainerState"],
     "interlock.lightning.demos": ["BoringModel", "BoringDataModule", "DemoModel", "LightningLSTM", "Transformer"],
     "interlock.lightning.demos.boring_classes": ["RandomDataset", "BoringModel", "BoringDataModule", "DemoModel"],
 }
@@ -961,6 +963,122 @@ def test_run_figures_read_after_each_call_are_lightnings(tmp_path: Path) -> None
         seen.append((fit, validate, test, trainer.num_predict_batches))
     assert seen[0] == seen[1]
     assert seen[1][0][:2] == (5, 2)  # 5 batches, ceil(5 / 3) optimizer steps
+
+
+def _lightning_state(trainer: Any) -> tuple[Any, ...]:
+    """What Lightning code reads of ``trainer.state`` and the stage flags, as plain values."""
+    state = trainer.state
+    stage = state.stage
+    return (
+        getattr(state.fn, "value", state.fn),
+        getattr(stage, "value", stage),
+        state.status.value,
+        state.finished,
+        state.stopped,
+        None if stage is None else (stage.evaluating, stage.dataloader_prefix),
+        state.fn == "FIT",  # Lightning's enums compare with strings, ignoring case
+        (trainer.sanity_checking, trainer.training, trainer.validating, trainer.testing, trainer.predicting),
+    )
+
+
+def _state_recorder(base: type) -> Any:
+    class Recorder(base):  # type: ignore[misc,valid-type]
+        def __init__(self) -> None:
+            self.seen: list[tuple[str, tuple[Any, ...]]] = []
+
+        def on_fit_start(self, trainer: Any, module: Any) -> None:
+            self.seen.append(("fit_start", _lightning_state(trainer)))
+
+        def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
+            self.seen.append(("train_batch_start", _lightning_state(trainer)))
+
+        def on_validation_batch_start(self, trainer: Any, module: Any, batch: Any, idx: int, dl: int = 0) -> None:
+            self.seen.append(("validation_batch_start", _lightning_state(trainer)))
+
+        def on_test_start(self, trainer: Any, module: Any) -> None:
+            self.seen.append(("test_start", _lightning_state(trainer)))
+
+        def on_predict_batch_start(self, trainer: Any, module: Any, batch: Any, idx: int, dl: int = 0) -> None:
+            self.seen.append(("predict_batch_start", _lightning_state(trainer)))
+
+    return Recorder()
+
+
+class _Failing(Regression):
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        raise ValueError("the step failed")
+
+
+class _LitFailing(LitRegression):
+    training_step = _Failing.training_step
+
+
+def test_trainer_state_reads_as_lightnings_in_callbacks_and_after_each_call(tmp_path: Path) -> None:
+    """trainer.state.fn/.stage/.status (Lightning's enums) and the stage flags match Lightning's, failure included."""
+    from pytorch_lightning.trainer.states import RunningStage as LitStage
+    from pytorch_lightning.trainer.states import TrainerFn as LitFn
+
+    from interlock.lightning.trainer.states import RunningStage, TrainerFn
+
+    seen = []
+    for trainer_cls, module_cls, failing_cls, callback in (
+        (pl.Trainer, _LitStaged, _LitFailing, pl.Callback),
+        (il.Trainer, _Staged, _Failing, il.Callback),
+    ):
+        flags: dict[str, Any] = {
+            "max_epochs": 1,
+            "limit_train_batches": 2,
+            "limit_val_batches": 1,
+            "default_root_dir": str(tmp_path / trainer_cls.__module__.split(".")[0]),
+            "logger": False,
+            "enable_checkpointing": False,
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+        }
+        recorder = _state_recorder(callback)
+        trainer = trainer_cls(callbacks=[recorder], **flags)
+        model, data = module_cls(), Data(n=8)
+        after = [_lightning_state(trainer)]
+        trainer.fit(model, data.train_dataloader(), data.val_dataloader())
+        after.append(_lightning_state(trainer))
+        for call in ("validate", "test"):
+            getattr(trainer, call)(model, data.val_dataloader(), verbose=False)
+            after.append(_lightning_state(trainer))
+        trainer.predict(model, data.val_dataloader())
+        after.append(_lightning_state(trainer))
+        failing = trainer_cls(**flags)
+        with pytest.raises(ValueError, match="the step failed"):
+            failing.fit(failing_cls(), data.train_dataloader())
+        after.append((*_lightning_state(failing), failing.interrupted))
+        seen.append((recorder.seen, after))
+    assert seen[0] == seen[1]
+    stages = [state[1] for _, state in seen[1][0]]
+    assert {"sanity_check", "train", "validate", "test", "predict"} <= set(stages)
+    assert [a[2] for a in seen[1][1]] == ["initializing", *["finished"] * 4, "interrupted"]
+    assert [m.value for m in RunningStage] == [m.value for m in LitStage]
+    assert [m.value for m in TrainerFn] == [m.value for m in LitFn]
+    assert TrainerFn.FITTING == LitFn.FITTING and hash(TrainerFn.FITTING) == hash(LitFn.FITTING)
+
+
+def test_trainer_state_is_read_only_and_reads_through_to_interlocks_state(tmp_path: Path) -> None:
+    """Setting trainer.state.stage raises naming the way; interlock's fields read through, .frozen is the state."""
+    trainer = il.Trainer(
+        max_epochs=1,
+        default_root_dir=str(tmp_path),
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    data = Data(n=8)
+    trainer.fit(Regression(), data.train_dataloader())
+    state = trainer.state
+    assert isinstance(state.frozen, interlock.TrainerState)
+    assert state.global_step == state.frozen.global_step == 2
+    assert state.frozen.stage == "fit" and state.stage is None
+    with pytest.raises(AttributeError, match="read-only"):
+        state.stage = "train"  # type: ignore[misc]
+    assert "fn='fit'" in repr(state) and "status='finished'" in repr(state)
 
 
 def test_on_save_checkpoint_sees_lightnings_keys(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ import torch
 
 from interlock.connectors.data import feed_key, loader_count, num_batches
 from interlock.connectors.hardware_slot import HardwareSlot
+from interlock.connectors.lightning_state import LightningState, lightning_state
 from interlock.connectors.optim import batch_end_outputs_of
 from interlock.core.config import NodeLayout, filled_min_epochs, lightning_flag
 from interlock.core.logging import EpochLogged, epoch_values, take
@@ -125,18 +126,6 @@ _NOT_SETTABLE = {
     "optimizers": "return ReplaceOptimizer or SetLearningRate from a Listener",
     "lr_scheduler_configs": "return configure_optimizers' schedulers from the module",
 }
-
-
-class _RunState:
-    """``trainer.state``: ``fn`` (``fit``, ``validate``, ...), ``stage`` (``train``, ``sanity_check``, ...)."""
-
-    __slots__ = ("fn", "stage", "status")
-
-    def __init__(self, fn: str, stage: str, status: str) -> None:
-        self.fn, self.stage, self.status = fn, stage, status
-
-    def __repr__(self) -> str:
-        return f"TrainerState(fn={self.fn!r}, stage={self.stage!r}, status={self.status!r})"
 
 
 class TrainerView(NodeLayout):
@@ -450,8 +439,10 @@ class TrainerView(NodeLayout):
         return min(steps, config.max_steps) if config.max_steps != -1 else steps
 
     @property
-    def state(self) -> _RunState:
-        return _RunState(self._run.stage, self._running_stage(), self._run.facts.status)
+    def state(self) -> LightningState:
+        """Lightning's ``trainer.state``: ``fn`` (the call), ``stage`` (the loop running now), ``status``."""
+        state = self._run.state
+        return lightning_state(state, {}, stage=self._running_stage() if state.status == "running" else None)
 
     def _tags(self, leaf: str) -> frozenset[str]:
         chart = self._run.chart

@@ -337,7 +337,7 @@ class Trainer:
                 ended[session.ended.stage] = session.ended
             if fit:
                 spawned = strategy.launches_processes
-                kept = keep_finished(None, self.state, strategy) if spawned else session.fitted
+                kept = keep_finished(None, self.runtime.state, strategy) if spawned else session.fitted
                 self.__dict__["_fitted"] = kept or "the last fit stopped before it started"
 
     def save_checkpoint(self, filepath: str | os.PathLike[str], weights_only: bool = False) -> None:
@@ -476,7 +476,7 @@ class Trainer:
             ckpt_path = _best_for_a_call_without_module(stage, self.hardware.strategy.is_global_zero)
         if ckpt_path is not None and str(ckpt_path) == "best":
             try:
-                ckpt_path = best_checkpoint(self.listeners, self.state, stage)
+                ckpt_path = best_checkpoint(self.listeners, self.runtime.state, stage)
             except CheckpointError as exc:
                 if not connected:
                     raise

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pickle
-from enum import Enum
 
+from interlock.connectors.lightning_state import LightningEnum
 from interlock.core.module import AttributeDict
 from interlock.lightning._refuse import missing
 from interlock.lightning.utilities.data import move_data_to_device, suggested_max_num_workers
@@ -34,24 +34,6 @@ __all__ = [
     "seed_everything",
     "suggested_max_num_workers",
 ]
-
-
-class LightningEnum(str, Enum):
-    """A string enum that compares case-insensitively with strings (Lightning's base of its enums)."""
-
-    @classmethod
-    def from_str(cls, value: str, source: str = "key") -> LightningEnum:
-        for member in cls:
-            if (member.name if source == "key" else member.value).lower() == value.lower():
-                return member
-        raise ValueError(f"{cls.__name__}.from_str({value!r}): expected one of {[m.value for m in cls]}")
-
-    def __eq__(self, other: object) -> bool:
-        other = other.value if isinstance(other, Enum) else other
-        return isinstance(other, str) and self.value.lower() == other.lower()
-
-    def __hash__(self) -> int:
-        return hash(self.value.lower())
 
 
 class GradClipAlgorithmType(LightningEnum):

@@ -18,6 +18,7 @@ from typing import Any, Literal
 import torch
 
 from interlock.connectors.callbacks import TrainerView, is_callback, view
+from interlock.connectors.lightning_state import LightningState, RunningStage, TrainerStatus, lightning_state
 from interlock.core.config import LIGHTNING_FIELDS, NodeLayout, filled_min_epochs, lightning_flag
 from interlock.core.datamodule import is_datamodule
 from interlock.core.events import Listener
@@ -222,7 +223,7 @@ class Trainer(NodeLayout, NativeTrainer):
         if not isinstance(verbose, bool):
             raise ValueError(f"Trainer.{stage}(verbose={verbose!r}) must be True or False")
         results = getattr(super(), stage)(model, dataloaders, ckpt_path, datamodule=datamodule, verbose=False)
-        logged = self.state.to_loggers  # Lightning returns (and prints) what the module logged, no returned scalar
+        logged = self.runtime.state.to_loggers  # Lightning returns (and prints) what the module logged, not scalars
         return _report(stage, [{k: v for k, v in r.items() if logged.get(k)} for r in results], verbose,
                        self.hardware.strategy)  # fmt: skip
 
@@ -242,7 +243,7 @@ class Trainer(NodeLayout, NativeTrainer):
         for listener in self.listeners:
             bind = getattr(listener, "bind_state", None)
             if callable(bind):
-                bind(lambda: self.state)
+                bind(lambda: self.runtime.state)
 
     def _launch(self, module: Module, call: Any, fit: bool = False) -> Any:
         self._bind(module)
@@ -274,44 +275,44 @@ class Trainer(NodeLayout, NativeTrainer):
     @property
     def callback_metrics(self) -> dict[str, torch.Tensor]:
         """The latest metrics, as tensors (Lightning's ``trainer.callback_metrics``: no evaluation step values)."""
-        return _tensors(callback_metrics(self.state))
+        return _tensors(callback_metrics(self.runtime.state))
 
     @property
     def logged_metrics(self) -> dict[str, torch.Tensor]:
         """The latest value of each metric logged with ``logger=True``, as tensors (Lightning's names)."""
-        return _tensors(logged_metrics(self.state))
+        return _tensors(logged_metrics(self.runtime.state))
 
     @property
     def progress_bar_metrics(self) -> dict[str, float]:
         """The metrics logged with ``prog_bar=True``, under Lightning's names (``<name>_step``/``<name>_epoch``)."""
-        return progress_bar_metrics(self.state)
+        return progress_bar_metrics(self.runtime.state)
 
     @property
     def current_epoch(self) -> int:
         """Epochs completed (Lightning's ``trainer.current_epoch``)."""
-        return self.state.current_epoch
+        return self.runtime.state.current_epoch
 
     @property
     def global_step(self) -> int:
         """Optimizer steps taken."""
-        return self.state.global_step
+        return self.runtime.state.global_step
 
     @property
     def should_stop(self) -> bool:
         """Whether a stop was asked for (read-only: a listener returns ``interlock.Stop`` to ask)."""
-        return self.state.should_stop
+        return self.runtime.state.should_stop
 
     @property
     def is_global_zero(self) -> bool:
-        return self.state.is_global_zero
+        return self.runtime.state.is_global_zero
 
     @property
     def global_rank(self) -> int:
-        return self.state.global_rank
+        return self.runtime.state.global_rank
 
     @property
     def world_size(self) -> int:
-        return self.state.world_size
+        return self.runtime.state.world_size
 
     @property
     def max_epochs(self) -> int | None:
@@ -329,7 +330,7 @@ class Trainer(NodeLayout, NativeTrainer):
     @property
     def min_epochs(self) -> int | None:
         """The flag; after a fit, Lightning's filled value (``min_epochs``, else 1 with ``min_steps``, else 0)."""
-        return self.config.min_epochs if not self.state.stage else filled_min_epochs(self.config)
+        return self.config.min_epochs if not self.runtime.state.stage else filled_min_epochs(self.config)
 
     @property
     def device_ids(self) -> list[int]:
@@ -363,7 +364,7 @@ class Trainer(NodeLayout, NativeTrainer):
         Lightning keeps each loop's figures: the test and predict counts are those calls', the
         validation count the last ``validate``'s right after one and the fit's otherwise, the rest the fit's.
         """
-        if name == "num_val_batches" and self.state.stage == "validate":
+        if name == "num_val_batches" and self.runtime.state.stage == "validate":
             return "validate"
         return {"num_test_batches": "test", "num_predict_batches": "predict"}.get(name, "fit")
 
@@ -437,38 +438,43 @@ class Trainer(NodeLayout, NativeTrainer):
         return self._last_module
 
     @property
+    def state(self) -> LightningState:  # type: ignore[override]
+        """Lightning's ``trainer.state``: ``fn`` (the last call), ``stage`` (the loop running now), ``status``.
+
+        Its other attributes read interlock's frozen state (``trainer.state.global_step``, ``.metrics``),
+        and ``trainer.state.frozen`` is that state, for interlock's functions that take one.
+        """
+        return lightning_state(self.runtime.state, self.runtime.chart.tags)
+
+    @property
     def sanity_checking(self) -> bool:
-        return self.state.chart.startswith("fit.sanity")
+        return self.state.stage == RunningStage.SANITY_CHECKING
 
     @property
     def training(self) -> bool:
-        return self.state.chart.startswith("fit.train") and ".val" not in self.state.chart
-
-    def _running(self, stage: str) -> bool:
-        return self.state.status == "running" and self.state.stage == stage
+        return self.state.stage == RunningStage.TRAINING
 
     @property
     def validating(self) -> bool:
-        chart = self.state.chart
-        return self._running("validate") or (chart.startswith("fit.train") and ".val" in chart)
+        return self.state.stage == RunningStage.VALIDATING
 
     @property
     def testing(self) -> bool:
-        return self._running("test")
+        return self.state.stage == RunningStage.TESTING
 
     @property
     def predicting(self) -> bool:
-        return self._running("predict")
+        return self.state.stage == RunningStage.PREDICTING
 
     @property
     def interrupted(self) -> bool:
-        """The last run was interrupted (Ctrl-C or a preemption signal), as Lightning's."""
-        return self.state.status == "interrupted"
+        """The last call ended by an exception (Ctrl-C, a preemption signal, or an error), as Lightning's."""
+        return self.state.status == TrainerStatus.INTERRUPTED
 
     @property
     def received_sigterm(self) -> bool:
         """A preemption signal (SIGTERM) was agreed in the last run."""
-        return bool(self.state.agreed.get("preempted"))
+        return bool(self.runtime.state.agreed.get("preempted"))
 
     def __setattr__(self, name: str, value: Any) -> None:
         flag = name in LIGHTNING_FIELDS or name in ("gradient_clip_algorithm", "num_sanity_val_steps", "fast_dev_run")
@@ -487,7 +493,7 @@ class CheckpointView:
 
     @property
     def _state(self) -> TrainerState:
-        return self._trainer.state
+        return self._trainer.runtime.state
 
     @property
     def best_model_path(self) -> str:
@@ -511,7 +517,7 @@ class CheckpointView:
     def dirpath(self) -> str:
         if self._listener.dirpath is not None:
             return str(self._listener.dirpath)
-        return str(Path(self._trainer.state.run_dir or self._trainer.run_dir) / "checkpoints")
+        return str(Path(self._state.run_dir or self._trainer.run_dir) / "checkpoints")
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._listener, name)
