@@ -431,3 +431,60 @@ def test_a_callback_reads_the_metrics_lightnings_would_at_every_moment(val_loade
     for name in ("progress_bar_metrics", "logged_metrics"):  # and what the trainer holds after the fit
         final = {k: round(float(v), 5) for k, v in getattr(our_trainer, name).items()}
         assert final == {k: round(float(v), 5) for k, v in getattr(lit_trainer, name).items()}, name
+
+
+class _LoaderIndex:
+    """Several validation loaders from ``val_dataloader()``; the batch hooks record the dataloader_idx they get."""
+
+    seen: list[tuple[str, int, int]]
+    net: torch.nn.Module
+
+    def _build(self) -> None:
+        torch.manual_seed(0)
+        self.net = torch.nn.Linear(4, 2)
+        self.seen = []
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(self.net(batch[0]), batch[1])
+
+    def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self.log("val_loss", torch.nn.functional.cross_entropy(self.net(batch[0]), batch[1]))  # type: ignore[attr-defined]
+
+    def on_validation_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = -1) -> None:
+        self.seen.append(("start", batch_idx, dataloader_idx))
+
+    def on_validation_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = -1) -> None:
+        self.seen.append(("end", batch_idx, dataloader_idx))
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.net.parameters(), lr=0.1)
+
+
+def _index_data(base: type) -> Any:
+    class Data(base):  # type: ignore[misc,valid-type]
+        def train_dataloader(self) -> Any:
+            return loader(16, 8)
+
+        def val_dataloader(self) -> Any:
+            return [loader(16, 8, seed=1), loader(8, 8, seed=2)]
+
+    return Data()
+
+
+@pytest.mark.parametrize("sanity", [0, 2])
+def test_batch_hooks_get_the_dataloader_idx_of_a_data_modules_loaders_as_lightning(sanity: int, tmp_path: Path) -> None:
+    """Several val loaders from a data module: on_validation_batch_start/end get dataloader_idx, as in Lightning."""
+    import interlock.lightning as il
+
+    Lit, Ours = twins(_LoaderIndex)
+    lit, ours = Lit(), Ours()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _lit(tmp_path / "pl", num_sanity_val_steps=sanity, enable_checkpointing=False).fit(
+            lit, datamodule=_index_data(pl.LightningDataModule)
+        )
+    il.Trainer(default_root_dir=tmp_path / "il", max_epochs=1, num_sanity_val_steps=sanity, **QUIET).fit(
+        ours, datamodule=_index_data(il.LightningDataModule)
+    )
+    assert ours.seen == lit.seen
+    assert {idx for _, _, idx in lit.seen} == {0, 1}

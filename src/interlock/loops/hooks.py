@@ -25,7 +25,7 @@ from interlock.core.logging import take
 from interlock.core.module import ModuleView, overrides
 from interlock.core.registry import NOOP, Action, Registry
 from interlock.core.run import Run
-from interlock.core.slots import CallbacksSlot, OptimSlot
+from interlock.core.slots import CallbacksSlot, DataSlot, OptimSlot
 from interlock.core.updates import Update, as_updates
 
 __all__ = ["HOOKS", "check_hook_names", "register"]
@@ -215,7 +215,8 @@ def register(reg: Registry) -> None:
             loop = _eval_loop(params, f"module.on_eval_{what}")
             hook = f"on_{loop}_{what}"
             args, suffix = args_of(run, hook), None
-            if what.startswith("batch_") and loader_count(run.feeds, str(params.get("data", loop))) > 1:
+            feeds = run.slot(DataSlot).feeds  # bound once set-up has made the loaders (a data module's too)
+            if what.startswith("batch_") and loader_count(feeds, str(params.get("data", loop))) > 1:
                 plain, counters = args, run.counters  # several loaders: Lightning adds dataloader_idx
 
                 def args() -> tuple[Any, ...]:
@@ -230,7 +231,7 @@ def register(reg: Registry) -> None:
             f"Call the callbacks' and the module's on_<loop>_{what} (on_validation_{what}, ...; "
             "a no-op when none has it)."
         )
-        reg.action(f"module.on_eval_{what}")(bind_eval)
+        reg.action(f"module.on_eval_{what}", reads=("data",))(bind_eval)
 
     @reg.action("module.configure_model")
     def configure_model(run: Run, params: Mapping[str, Any]) -> Action:
