@@ -271,3 +271,45 @@ def test_requests_for_one_file_write_it_once_and_remove_all_it_replaces(tmp_path
     trainer.fit(TinyModule(), loader(64, 8))
     assert writes == ["new.ckpt"]
     assert files(tmp_path) == ["new.ckpt"]
+
+
+def test_files_already_in_the_directory_are_versioned_around_not_overwritten(tmp_path: Path) -> None:
+    """A second run into the same dirpath writes -v1 files (and last-v1.ckpt) and leaves the first run's bytes alone."""
+    folder = tmp_path / "ck"
+    make = lambda: ModelCheckpoint(dirpath=folder, save_top_k=-1, save_last=True)  # noqa: E731
+    fit(tmp_path / "first", make(), max_epochs=2)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    assert sorted(before) == ["epoch=0-step=8.ckpt", "epoch=1-step=16.ckpt", "last.ckpt"]
+    second = fit(tmp_path / "second", mc := make(), max_epochs=2)
+    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.name in before} == before
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        [*before, "epoch=0-step=8-v1.ckpt", "epoch=1-step=16-v1.ckpt", "last-v1.ckpt"]
+    )
+    assert Path(mc.last_model_path(second.state)).name == "last-v1.ckpt"
+    unversioned = ModelCheckpoint(dirpath=folder, save_top_k=-1, save_last=True, enable_version_counter=False)
+    fit(tmp_path / "third", unversioned, max_epochs=1)  # Lightning's flag: overwrite instead
+    assert (folder / "last.ckpt").read_bytes() != before["last.ckpt"]
+
+
+def test_a_resumed_run_names_files_as_its_first_run_did(tmp_path: Path) -> None:
+    """The files found at the start are state: a resume continues the first run's names, not -v1 of its own files."""
+    folder = tmp_path / "ck"
+    (folder).mkdir()
+    (folder / "epoch=1.ckpt").write_bytes(b"from an older run")
+    make = lambda: ModelCheckpoint(dirpath=folder, filename="{epoch}", save_top_k=-1, save_last=True)  # noqa: E731
+    fit(tmp_path / "a", mc := make(), max_epochs=2)
+    resumed = fit(tmp_path / "a", mc, max_epochs=3, ckpt=str(folder / "last.ckpt"))
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "epoch=0.ckpt", "epoch=1-v1.ckpt", "epoch=1.ckpt", "epoch=2.ckpt", "last.ckpt"
+    ]  # fmt: skip
+    assert (folder / "epoch=1.ckpt").read_bytes() == b"from an older run"
+    assert Path(mc.last_model_path(resumed.state)).name == "last.ckpt"
+
+
+def test_the_last_name_is_a_template_and_its_previous_file_goes(tmp_path: Path) -> None:
+    """CHECKPOINT_NAME_LAST = 'last-{epoch}' names the file by epoch; each new one replaces the one before."""
+    mc = ModelCheckpoint(dirpath=tmp_path / "ck", save_last=True, save_top_k=0)
+    mc.CHECKPOINT_NAME_LAST = "last-{epoch}"
+    trainer = fit(tmp_path, mc, max_epochs=3)
+    assert files(tmp_path / "ck") == ["last-epoch=2.ckpt"]
+    assert Path(mc.last_model_path(trainer.state)).name == "last-epoch=2.ckpt"

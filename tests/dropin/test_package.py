@@ -1081,6 +1081,55 @@ def test_trainer_state_is_read_only_and_reads_through_to_interlocks_state(tmp_pa
     assert "fn='fit'" in repr(state) and "status='finished'" in repr(state)
 
 
+def _checkpoint_files(pl_module: Any, trainer_cls: Any, callback_cls: Any, folder: Path, **flags: Any) -> Any:
+    """Two fits into one dirpath; per fit: the files, best/last/kth paths (names) and kth_value, as Lightning shows."""
+    seen = []
+    for _ in range(2):
+        callback = callback_cls(dirpath=folder, **flags)
+        callback.CHECKPOINT_NAME_LAST = "last-{epoch}"
+        trainer = trainer_cls(
+            max_epochs=3,
+            callbacks=[callback],
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+            default_root_dir=str(folder.parent),
+        )
+        data = Data(n=16)
+        torch.manual_seed(0)
+        trainer.fit(pl_module(), data.train_dataloader(), data.val_dataloader())
+        seen.append(
+            (
+                sorted(p.name for p in folder.iterdir()),
+                [Path(p).name for p in (callback.best_model_path, callback.last_model_path)],
+                Path(callback.kth_best_model_path).name,
+                round(float(callback.kth_value), 6),
+                {Path(k).name: round(float(v), 6) for k, v in callback.best_k_models.items()},
+            )
+        )
+    return seen
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        {"monitor": "val_loss", "save_top_k": 2, "save_last": True},
+        {"monitor": "val_loss", "filename": "{epoch}", "save_last": True},
+        {"save_top_k": -1, "save_last": True},
+        {"monitor": "val_loss", "mode": "max", "save_top_k": 2},
+    ],
+)
+def test_model_checkpoint_files_and_kth_over_two_runs_into_one_dirpath_are_lightnings(
+    flags: dict[str, Any], tmp_path: Path
+) -> None:
+    """A second fit into the same dirpath versions its files (-v1) as Lightning's; a last template; kth_value."""
+    theirs = _checkpoint_files(LitRegression, pl.Trainer, pl.callbacks.ModelCheckpoint, tmp_path / "pl" / "ck", **flags)
+    mine = _checkpoint_files(Regression, il.Trainer, il.callbacks.ModelCheckpoint, tmp_path / "il" / "ck", **flags)
+    assert mine == theirs
+    assert any("-v1" in name for name in theirs[1][0])
+
+
 def test_on_save_checkpoint_sees_lightnings_keys(tmp_path: Path) -> None:
     """A module's on_save_checkpoint finds the weights under checkpoint['state_dict'], as in Lightning."""
     found: list[tuple[list[str], bool]] = []

@@ -16,6 +16,7 @@ alternative when imported.
 from __future__ import annotations
 
 import datetime
+import math
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -137,6 +138,27 @@ class ModelCheckpoint(_Bound, _ModelCheckpoint):
     def best_k_models(self) -> dict[str, torch.Tensor | None]:  # type: ignore[override]
         kept = _ModelCheckpoint.best_k_models(self, self._bound_state("best_k_models"))
         return {p: None if s is None else torch.tensor(s) for p, s in kept.items()}
+
+    def _kth(self, what: str) -> tuple[str, float]:
+        """The worst kept file and its score once ``save_top_k`` are kept (Lightning's ``kth``), else ``("", ±inf)``."""
+        kept = _ModelCheckpoint.best_k_models(self, self._bound_state(what))
+        full = bool(kept) and (self.save_top_k == -1 or len(kept) == self.save_top_k)
+        if not full:
+            return "", math.inf if self.mode == "min" else -math.inf
+        sign = 1.0 if self.mode == "min" else -1.0
+        worst = max(kept, key=lambda p: math.inf if kept[p] is None else sign * float(kept[p]))  # type: ignore[arg-type]
+        score = kept[worst]
+        return worst, math.inf if score is None else float(score)
+
+    @property
+    def kth_best_model_path(self) -> str:
+        """The kept file a better one replaces once ``save_top_k`` are kept (``""`` before), as Lightning's."""
+        return self._kth("kth_best_model_path")[0]
+
+    @property
+    def kth_value(self) -> torch.Tensor:
+        """The score of :attr:`kth_best_model_path` (``inf`` in min mode, ``-inf`` in max, before), a tensor."""
+        return torch.tensor(self._kth("kth_value")[1])
 
 
 class EarlyStopping(_Bound, _EarlyStopping):

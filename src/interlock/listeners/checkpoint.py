@@ -183,6 +183,7 @@ class ModelCheckpoint(Listener):
 
     # -- events --------------------------------------------------------------------------
     def subscriptions(self) -> Iterator[tuple[str, Handler, int | None, bool | int]]:
+        yield "#fit#stage_start", self.on_fit_start, None, False
         if self.every_n_train_steps or self.train_time_interval is not None:
             yield "#train_batch_end", self.on_train_batch_end, None, False
         if self.every_n_epochs:
@@ -192,6 +193,20 @@ class ModelCheckpoint(Listener):
     def bind_tags(self, tags: Mapping[str, frozenset[str]]) -> None:
         """Learn the events that end a validation loop inside fit (their counts say validation ran)."""
         self._val_ends = tuple(n for n, t in tags.items() if {"fit", "val", "eval_end"} <= t)
+
+    def on_fit_start(self, event: Event, state: TrainerState) -> list[Update] | None:
+        """Note the checkpoint files already in the directory: a name they hold gets ``-v1``, as Lightning's.
+
+        A resumed run then gets the list its first run noted (restored with the rest of this state),
+        so it names its files as that run did.
+        """
+        folder = self._base(state) / self._subdir
+        try:
+            names = sorted(n for n in os.listdir(folder) if n.endswith(self.FILE_EXTENSION))
+        except FileNotFoundError:
+            names = []
+        found = [posixpath.join(self._subdir, n) for n in names]
+        return [self.store(state, existing=found)] if found or "existing" in self.stored(state) else None
 
     def on_train_batch_end(self, event: Event, state: TrainerState) -> list[Update] | None:
         stored = self.stored(state)
@@ -295,6 +310,11 @@ class ModelCheckpoint(Listener):
             value = stored.get(name, "")
             if value:
                 out[name] = _relative(value, base, self)
+        existing = stored.get("existing", [])
+        if not isinstance(existing, list | tuple):
+            raise ValueError(f"ModelCheckpoint(key={self.key!r}) state 'existing' is {existing!r:.80}, not a list")
+        if existing:
+            out["existing"] = [_relative(p, base, self) for p in existing]
         for name, ok in (
             ("best_score", lambda v: v is None or _number(v)),
             ("last_step", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0),
@@ -305,14 +325,19 @@ class ModelCheckpoint(Listener):
         return out
 
     def format_checkpoint_name(
-        self, state: TrainerState, ver: int | None = None, latest: Mapping[str, float] | None = None
+        self,
+        state: TrainerState,
+        ver: int | None = None,
+        latest: Mapping[str, float] | None = None,
+        filename: str | None = None,
     ) -> str:
-        """The file name ``filename`` gives at ``state`` (with ``-v<ver>`` when given).
+        """The file name the template ``filename`` (default: the ``filename`` flag) gives at ``state``.
 
-        ``latest``: metric values newer than ``state.metrics`` (the step's returned scalars).
+        With ``-v<ver>`` when given. ``latest``: metric values newer than ``state.metrics`` (the
+        step's returned scalars).
         """
         values = _candidates(state, latest)
-        template = self.filename
+        template = self.filename if filename is None else filename
 
         def fill(match: re.Match[str]) -> str:
             name, spec = match.group(1), match.group(2) or ""
@@ -414,10 +439,23 @@ class ModelCheckpoint(Listener):
                     self.save_top_k,
                 )
         if self.save_last:
-            last = posixpath.join(self._subdir, f"{self.CHECKPOINT_NAME_LAST}{self.FILE_EXTENSION}")
+            last = self._last_path(state, latest)
+            previous = str(stored.get("last", ""))
+            gone = (self._resolve(base, previous),) if previous and previous != last and previous not in best_k else ()
             values["last"] = last
-            saves.append(SaveCheckpoint(self._resolve(base, last), "last", weights_only=self.save_weights_only))
+            saves.append(SaveCheckpoint(self._resolve(base, last), "last", gone, weights_only=self.save_weights_only))
         return [self.store(state, **values), *saves]
+
+    def _last_path(self, state: TrainerState, latest: Mapping[str, float] | None) -> str:
+        """``CHECKPOINT_NAME_LAST`` filled in (a template, as Lightning's), versioned past a file found at the start."""
+        existing, previous = set(self.stored(state).get("existing", ())), self.stored(state).get("last", "")
+        path, ver = self._subdir, 0
+        while True:
+            name = self.format_checkpoint_name(state, ver or None, latest, self.CHECKPOINT_NAME_LAST)
+            path = posixpath.join(self._subdir, name)
+            if not self.enable_version_counter or path not in existing or path == previous:
+                return path
+            ver += 1
 
     def _free_path(
         self,
@@ -432,7 +470,7 @@ class ModelCheckpoint(Listener):
         ``enable_version_counter=False`` overwrites instead; without a monitor the latest file is
         overwritten, as Lightning does.
         """
-        taken = (set(best_k) - set(dropped)) | {last}
+        taken = (set(best_k) - set(dropped)) | {last} | set(self.stored(state).get("existing", ())) - set(dropped)
         if self.monitor is None:  # Lightning overwrites the latest file of the same name rather than version it
             taken.discard(self.stored(state).get("best", ""))
         path, ver = posixpath.join(self._subdir, self.format_checkpoint_name(state, latest=latest)), 0
