@@ -94,3 +94,74 @@ def test_each_form_records_lightnings_hparams_and_loads_back(form: str, tmp_path
     loaded = our_cls.load_from_checkpoint(last)
     assert dict(loaded.hparams) == dict(ours.hparams)
     assert loaded.net[0].out_features == 5  # built from the recorded width
+
+
+def _data_module(base: type) -> type:
+    class Data(base):  # type: ignore[misc,valid-type]
+        def __init__(self, batch_size: int = 8, n: int = 32, lr: float = 0.1) -> None:
+            super().__init__()
+            self.save_hyperparameters()
+            self.seen = 0
+
+        def train_dataloader(self) -> Any:
+            return loader(self.hparams.n, self.hparams.batch_size)
+
+        def state_dict(self) -> dict[str, Any]:
+            return {"seen": 7}
+
+        def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+            self.seen = state_dict["seen"]
+
+    return Data
+
+
+def _module(base: type) -> type:
+    class Net(base):  # type: ignore[misc,valid-type]
+        def __init__(self, lr: float = 0.1, width: int = 3) -> None:
+            super().__init__()
+            self.save_hyperparameters()
+            torch.manual_seed(0)
+            self.net = torch.nn.Linear(4, 2)
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            return torch.nn.functional.cross_entropy(self.net(batch[0]), batch[1])
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+
+    return Net
+
+
+def test_a_data_modules_hyperparameters_are_saved_logged_and_loaded_as_lightnings(tmp_path: Path) -> None:
+    """LightningDataModule.save_hyperparameters: hparams, the checkpoint's key, hparams.yaml, load_from_checkpoint."""
+    import interlock.lightning as il
+
+    seen = []
+    for lib, root in ((pl, tmp_path / "pl"), (il, tmp_path / "il")):
+        Data, Net = _data_module(lib.LightningDataModule), _module(lib.LightningModule)
+        data = Data(batch_size=4, n=16)
+        logger = lib.loggers.CSVLogger(root, name="x", version=0)
+        quiet = {"enable_progress_bar": False, "enable_checkpointing": False, "enable_model_summary": False}
+        trainer = lib.Trainer(max_epochs=1, logger=logger, **quiet)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            trainer.fit(Net(), datamodule=data)
+        trainer.save_checkpoint(root / "m.ckpt")
+        saved = torch.load(root / "m.ckpt", weights_only=False)
+        loaded = Data.load_from_checkpoint(root / "m.ckpt", n=24)
+        seen.append(
+            (
+                dict(data.hparams),
+                dict(saved["datamodule_hyper_parameters"]),
+                (root / "x" / "version_0" / "hparams.yaml").read_text(),
+                dict(loaded.hparams),
+                loaded.seen,
+            )
+        )
+        clash = Data(batch_size=4, n=16, lr=0.5)  # the module records lr=0.1: the loggers cannot log both
+        trainer = lib.Trainer(max_epochs=1, logger=lib.loggers.CSVLogger(root, name="y"), enable_progress_bar=False)
+        with pytest.raises(RuntimeError, match=r"\['lr'\]"):
+            trainer.fit(Net(), datamodule=clash)
+    assert seen[0] == seen[1]
+    assert seen[1][3] == {"batch_size": 4, "n": 24, "lr": 0.1} and seen[1][4] == 7
+    assert "batch_size: 4" in seen[1][2] and "lr: 0.1" in seen[1][2]

@@ -163,13 +163,14 @@ def test_load_checkpoint_errors_name_the_file(tmp_path: Path, trained: tuple[Pat
         interlock.load_checkpoint(plain)
 
 
-def test_load_from_checkpoint_rebuilds_from_hparams_in_eval_mode(
+def test_load_from_checkpoint_rebuilds_from_hparams_in_training_mode(
     trained: tuple[Path, Net, interlock.Trainer],
 ) -> None:
-    """The module comes back with the saved hyper-parameters (init_args override), its weights, in eval mode."""
+    """The module comes back with the saved hyper-parameters (init_args override), its weights, in training mode."""
     path, module, _ = trained
     loaded = Net.load_from_checkpoint(path)
-    assert not loaded.training and loaded.hparams.hidden == 5
+    assert loaded.training and loaded.hparams.hidden == 5  # as Lightning's: .eval() is the caller's
+    loaded.eval()
     assert _equal(loaded.state_dict(), module.state_dict())
     x = torch.randn(3, 4)
     assert torch.equal(loaded(x), module.eval()(x))
@@ -219,7 +220,7 @@ def test_lightning_weights_load_without_running_code(lightning_ckpts: Path, name
 def test_load_from_checkpoint_reads_lightning_hparams(lightning_ckpts: Path, tmp_path: Path) -> None:
     """load_from_checkpoint takes a Lightning .ckpt; an hparam that is an object must be given again."""
     loaded = Net.load_from_checkpoint(lightning_ckpts / "plain.ckpt")
-    assert loaded.hparams.hidden == 6 and not loaded.training
+    assert loaded.hparams.hidden == 6 and loaded.training
     with pytest.raises(interlock.CheckpointError, match=r"\['opts'\].*load_from_checkpoint\(path, opts=\.\.\.\)"):
         Net.load_from_checkpoint(lightning_ckpts / "namespace.ckpt")
     assert Net.load_from_checkpoint(lightning_ckpts / "namespace.ckpt", opts=None).hparams.hidden == 6

@@ -96,13 +96,15 @@ def dump(
     callbacks: Callable[[dict[str, Any]], None] | None = None,
     history: Mapping[str, Any] | None = None,
     rng: Mapping[str, Any] | None = None,
+    datamodule: Any = None,
 ) -> dict[str, Any]:
     """Everything needed to continue the run, as plain data and tensors.
 
     ``callbacks`` adds the Lightning callbacks' state and runs their on_save_checkpoint, before the module's.
     ``history``: the fingerprint of the history rows written to the run directory
     (:mod:`interlock.connectors.history`); the checkpoint then holds it instead of the rows.
-    ``rng``: the RNG states to keep (default: the global ones now).
+    ``rng``: the RNG states to keep (default: the global ones now). ``datamodule``: its
+    hyper-parameters are kept (``datamodule_hyper_parameters``, Lightning's key).
     ``strategy`` gathers the model and optimizer state (full, even when sharded);
     with it this is a collective call: every rank must make it. In one process the
     gradients are kept too, for a save between the batches of one accumulation
@@ -113,12 +115,16 @@ def dump(
     if data_state is not None:
         state_dict["data"] = {**state_dict["data"], "dataset": data_state}
     hparams = getattr(module, "hparams", None)  # Module.save_hyperparameters: plain data, checked when recorded
+    dm_hparams = getattr(datamodule, "hparams", None)  # the data module's, as Lightning keeps them
+    dm_held = getattr(datamodule, "__dict__", {}).get("_hparams_name")
     payload = {
         "format": CHECKPOINT_FORMAT,
         "epoch": state.current_epoch,  # Lightning's keys and values (torch.load(path)["epoch"])
         "global_step": state.global_step,
         **({"hyper_parameters": dict(hparams)} if hparams else {}),
         **({"hparams_name": module.__dict__["_hparams_name"]} if module.__dict__.get("_hparams_name") else {}),
+        **({"datamodule_hyper_parameters": dict(dm_hparams)} if dm_hparams else {}),
+        **({"datamodule_hparams_name": dm_held} if dm_hparams and dm_held else {}),
         "state": state_dict,
         **({"history": dict(history)} if history is not None else {}),
         "state_dict": strategy.model_state_dict(module),
@@ -417,6 +423,7 @@ def _write(
         (lambda payload: save_callbacks(run, payload)) if run.callbacks and not weights_only else None,
         history,
         rng,
+        run.plan.datamodule,
     )
     if weights_only:  # Lightning's save_weights_only: no optimizer, scheduler or gradient state
         payload.update(optimizer_states=[], lr_schedulers=[], grads={}, weights_only=True)

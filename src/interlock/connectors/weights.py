@@ -15,16 +15,27 @@ import pickle
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
 from interlock.connectors.checkpoint import CHECKPOINT_FORMAT, upgrade
+from interlock.core.datamodule import DataModule, provide_datamodule_loader
 from interlock.core.errors import CheckpointError
 from interlock.core.module import Module, provide_checkpoint_loader
+from interlock.core.state import thaw
 from interlock.plugins.checkpoint_io import TorchCheckpointIO, is_lightning_checkpoint
 
-__all__ = ["Withheld", "load_checkpoint", "load_lightning_weights", "module_from_checkpoint", "read_state_dict"]
+__all__ = [
+    "Withheld",
+    "datamodule_from_checkpoint",
+    "load_checkpoint",
+    "load_lightning_weights",
+    "module_from_checkpoint",
+    "read_state_dict",
+]
+
+T = TypeVar("T")
 
 
 class Withheld:
@@ -96,13 +107,17 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu") -> 
     progress: Mapping[str, Any] = state["progress"] if isinstance(state.get("progress"), Mapping) else {}
     internal = {"format", "state", "state_dict", "optimizer_states", "lr_schedulers", "precision", "rng", "grads"}
     internal |= {"epoch", "global_step"}
-    internal |= {"hyper_parameters", "hparams_name"}
+    internal |= {"hyper_parameters", "hparams_name", "datamodule_hyper_parameters", "datamodule_hparams_name"}
     return {
         **{k: v for k, v in ckpt.items() if k not in internal},  # what the module's on_save_checkpoint added
         "format": ckpt["format"],
         "state_dict": dict(ckpt["state_dict"]),
         "hyper_parameters": dict(ckpt.get("hyper_parameters") or {}),
         "hparams_name": ckpt.get("hparams_name") if isinstance(ckpt.get("hparams_name"), str) else None,
+        "datamodule_hyper_parameters": dict(ckpt.get("datamodule_hyper_parameters") or {}),
+        "datamodule_hparams_name": (
+            ckpt["datamodule_hparams_name"] if isinstance(ckpt.get("datamodule_hparams_name"), str) else None
+        ),
         "epoch": ckpt.get("epoch", progress.get("epoch", 0)),  # Lightning's current_epoch (format 1: the cursor)
         "global_step": ckpt.get("global_step", progress.get("global_step", 0)),
         "optimizer_states": list(ckpt.get("optimizer_states", [])),
@@ -168,7 +183,18 @@ def module_from_checkpoint(
     where = "cpu" if map_location is None else map_location
     loaded = _read_lightning(target, where) if _is_lightning(target) else load_checkpoint(target, where)
     weights, hparams = loaded["state_dict"], dict(loaded.get("hyper_parameters") or {})
-    held = loaded.get("hparams_name")  # save_hyperparameters(obj): the __init__ argument that held them
+    module = _build(cls, target, hparams, loaded.get("hparams_name"), init_args)
+    _load_weights(module, weights, module.strict_loading if strict is None else strict, str(target))
+    if isinstance(map_location, str | torch.device):  # a dict or function only maps the loaded tensors
+        module.to(torch.device(map_location))
+    return module  # in training mode, as constructed (Lightning's): call .eval() for inference
+
+
+def _build(cls: type[T], target: Path, hparams: dict[str, Any], held: Any, init_args: Mapping[str, Any]) -> T:
+    """``cls`` built from a checkpoint's hyper-parameters, ``init_args`` overriding them.
+
+    ``held``: the ``__init__`` argument that held them (``save_hyperparameters(obj)``), else ``None``.
+    """
     if isinstance(held, str) and held != "kwargs" and held in inspect.signature(cls.__init__).parameters:
         kwargs = {held: hparams, **init_args}
     else:
@@ -182,16 +208,37 @@ def module_from_checkpoint(
             + ")"
         )
     try:
-        module = cls(**kwargs)
+        return cls(**kwargs)
     except TypeError as exc:
         raise CheckpointError(
             f"cannot build {cls.__name__} from the hyper-parameters of {target} ({sorted(hparams)}) and "
             f"init_args ({sorted(init_args)}): {exc}"
         ) from None
-    _load_weights(module, weights, module.strict_loading if strict is None else strict, str(target))
-    if isinstance(map_location, str | torch.device):  # a dict or function only maps the loaded tensors
-        module.to(torch.device(map_location))
-    return module.eval()
+
+
+def datamodule_from_checkpoint(
+    cls: type[DataModule], path: str | os.PathLike[str], map_location: Any, init_args: Mapping[str, Any]
+) -> DataModule:
+    """What :meth:`DataModule.load_from_checkpoint` does: build ``cls`` from the checkpoint; give it its state back.
+
+    An interlock checkpoint keeps the data module's ``state_dict()`` in the trainer state, a
+    Lightning one under the class's qualified name.
+    """
+    target = Path(path)
+    where = "cpu" if map_location is None else map_location
+    if _is_lightning(target):
+        ckpt = _read_lightning(target, where)
+        saved = ckpt.get(cls.__qualname__)
+    else:
+        ckpt = load_checkpoint(target, where)
+        data = ckpt["trainer_state"].get("data")
+        saved = data.get("datamodule") if isinstance(data, Mapping) else None
+    hparams = dict(ckpt.get("datamodule_hyper_parameters") or {})
+    datamodule = _build(cls, target, hparams, ckpt.get("datamodule_hparams_name"), init_args)
+    if saved is not None:
+        datamodule.load_state_dict(thaw(saved))
+    return datamodule
 
 
 provide_checkpoint_loader(module_from_checkpoint)
+provide_datamodule_loader(datamodule_from_checkpoint)

@@ -10,9 +10,29 @@ A data module downloads once (``prepare_data``), builds its datasets per stage
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-__all__ = ["LOADER_METHODS", "DataModule", "check_datamodule", "is_datamodule", "provides"]
+from interlock.core.hparams import HyperparametersMixin
+
+__all__ = [
+    "LOADER_METHODS",
+    "DataModule",
+    "check_datamodule",
+    "is_datamodule",
+    "provide_datamodule_loader",
+    "provides",
+]
+
+D = TypeVar("D", bound="DataModule")
+_loader: list[Callable[..., Any]] = []  # filled by the layer that reads checkpoints (connectors.weights)
+
+
+def provide_datamodule_loader(loader: Callable[..., Any]) -> None:
+    """Install ``loader(cls, path, map_location, init_args)``, what :meth:`DataModule.load_from_checkpoint` calls."""
+    _loader[:] = [loader]
+
 
 #: the loader method of each data key
 LOADER_METHODS = {
@@ -26,7 +46,7 @@ LOADER_METHODS = {
 _PLACEHOLDERS = ("DataModule", "LightningDataModule", "DataHooks")
 
 
-class DataModule:
+class DataModule(HyperparametersMixin):
     """Subclass and implement the hooks you need; every one is optional.
 
     ``prepare_data`` runs once per machine (local rank 0) before the others; assign
@@ -34,9 +54,33 @@ class DataModule:
     ``"fit"``, ``"validate"``, ``"test"``, ``"predict"``; ``teardown(stage)`` after, or
     ``on_exception(exception)`` instead when the stage failed or was interrupted (Lightning's order).
     Set ``prepare_data_per_node = False`` to prepare once in all (global rank 0).
+    ``save_hyperparameters()`` in ``__init__`` records its arguments, as on a module: checkpoints keep
+    them, the loggers log them beside the module's, and :meth:`load_from_checkpoint` rebuilds it.
     """
 
     prepare_data_per_node: bool = True
+
+    @classmethod
+    def load_from_checkpoint(
+        cls: type[D],
+        checkpoint_path: str | os.PathLike[str],
+        map_location: Any = None,
+        hparams_file: str | os.PathLike[str] | None = None,
+        **kwargs: Any,
+    ) -> D:
+        """The data module built from a checkpoint's data-module hyper-parameters (``kwargs`` override them).
+
+        Lightning's meaning: its ``load_state_dict`` then gets what the checkpoint kept of it.
+        Reads an interlock or a Lightning checkpoint, without running code in it.
+        """
+        if hparams_file is not None:
+            raise TypeError(
+                f"{cls.__name__}.load_from_checkpoint(hparams_file={str(hparams_file)!r}): interlock reads the "
+                "hyper-parameters from the checkpoint only; pass values to override as keyword arguments"
+            )
+        if not _loader:
+            raise RuntimeError("import interlock before loading a checkpoint (it installs the checkpoint reader)")
+        return _loader[0](cls, checkpoint_path, map_location, kwargs)  # type: ignore[no-any-return]
 
     def prepare_data(self) -> None:
         """Download or write data to disk (one process per machine)."""

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import contextlib
-import copy
 import importlib.util
 import inspect
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from types import FrameType
 from typing import Any, ClassVar, TypeVar
 
 import torch
 
 from interlock.core.errors import add_note
+from interlock.core.hparams import AttributeDict, HyperparametersMixin
 from interlock.core.logging import LogEntry, check_log_options, check_reduce, is_metric, is_metric_collection
 from interlock.core.state import mode_of
 
@@ -30,7 +29,6 @@ __all__ = [
 
 StepOutput = torch.Tensor | Mapping[str, Any] | None
 M = TypeVar("M", bound="Module")
-_PLAIN = (type(None), bool, int, float, str)
 _loader: list[Callable[..., Any]] = []  # filled by the layer that reads checkpoints (connectors.weights)
 
 
@@ -63,36 +61,6 @@ def provide_checkpoint_loader(loader: Callable[..., Any]) -> None:
     _loader[:] = [loader]
 
 
-class AttributeDict(dict[str, Any]):
-    """A dict whose keys are also attributes (``self.hparams.lr``), as Lightning's ``hparams``."""
-
-    def __getattr__(self, key: str) -> Any:
-        try:
-            return self[key]
-        except KeyError:
-            raise AttributeError(f"no hyper-parameter {key!r}; saved: {sorted(self)}") from None
-
-    def __setattr__(self, key: str, value: Any) -> None:
-        self[key] = value
-
-
-def _plain_error(value: Any) -> str:
-    """Why ``value`` is not plain data (``""`` when it is): JSON-like values, lists, tuples, str-keyed dicts."""
-    if type(value) in _PLAIN:
-        return ""
-    if type(value) in (list, tuple):
-        return next((why for why in map(_plain_error, value) if why), "")
-    if type(value) is dict:
-        for key, item in value.items():
-            if not isinstance(key, str):
-                return f"a dict with the non-str key {key!r:.40}"
-            why = _plain_error(item)
-            if why:
-                return why
-        return ""
-    return f"a {type(value).__module__}.{type(value).__qualname__}"
-
-
 #: What Lightning's LightningModule offers that an interlock Module does not, and what to use instead.
 _LIGHTNING_ONLY = {
     "fabric": "an interlock Module is run by interlock.Trainer, never by Lightning Fabric, so it has no .fabric; "
@@ -106,44 +74,6 @@ _LIGHTNING_ONLY = {
     "CHECKPOINT_HYPER_PARAMS_TYPE": "interlock checkpoints keep hyper-parameters in state['hparams']",
     "remove_ignored_hparams": "use save_hyperparameters(ignore=[...]) in __init__",
 }
-
-
-def _caller() -> FrameType:
-    """The frame that called the function calling this (``save_hyperparameters``' caller)."""
-    frame = inspect.currentframe()
-    caller = frame.f_back.f_back if frame is not None and frame.f_back is not None else None
-    if caller is None:
-        raise RuntimeError("save_hyperparameters() needs its caller's frame; pass frame=inspect.currentframe()")
-    return caller
-
-
-def _init_args(module: Any, frame: FrameType) -> dict[str, Any]:
-    """The arguments of the ``__init__`` running for ``module``, found from ``frame`` up (Lightning's search)."""
-    seen: FrameType | None = frame
-    chain: list[dict[str, Any]] = []  # the __init__ running for the module, then those of its subclasses calling it
-    for _ in range(64):
-        if seen is None:
-            break
-        code = seen.f_code
-        mine = (
-            code.co_name == "__init__" and bool(code.co_varnames) and seen.f_locals.get(code.co_varnames[0]) is module
-        )
-        if mine:
-            local = seen.f_locals
-            count = code.co_argcount + code.co_kwonlyargcount
-            found = {name: local[name] for name in code.co_varnames[1:count] if name in local}
-            if code.co_flags & inspect.CO_VARKEYWORDS:
-                found.update(local.get(code.co_varnames[count + bool(code.co_flags & inspect.CO_VARARGS)], {}))
-            chain.append(found)
-        elif chain:
-            break
-        seen = seen.f_back
-    if chain:
-        return {k: v for found in chain for k, v in found.items()}  # the most derived class's value wins
-    raise RuntimeError(
-        f"{type(module).__name__}.save_hyperparameters() found no __init__ of the module among its callers: call it "
-        "from __init__ (or a method __init__ calls), or pass the values: save_hyperparameters({'lr': 0.1})"
-    )
 
 
 def _as_tensors(data: Any, device: torch.device) -> Any:
@@ -273,7 +203,7 @@ class ManualOptimizer:
 _torch_getattr = torch.nn.Module.__getattr__
 
 
-class Module(torch.nn.Module):
+class Module(HyperparametersMixin, torch.nn.Module):
     """Subclass and implement the steps you use.
 
     A step returns a loss tensor or a dict with ``"loss"`` and other scalars;
@@ -303,74 +233,6 @@ class Module(torch.nn.Module):
         "local_rank", "precision", "loggers", "logger", "example_input_array",
     ]  # fmt: skip
 
-    @property
-    def hparams(self) -> AttributeDict:
-        """What :meth:`save_hyperparameters` recorded (empty before): saved in every checkpoint."""
-        saved = self.__dict__.get("_hparams")
-        if saved is None:
-            saved = AttributeDict()
-            object.__setattr__(self, "_hparams", saved)
-        return saved
-
-    def save_hyperparameters(
-        self,
-        *args: Any,
-        ignore: str | Sequence[str] | None = None,
-        frame: FrameType | None = None,
-        logger: bool = True,
-    ) -> None:
-        """Record hyper-parameters in :attr:`hparams` (Lightning's meaning and arguments).
-
-        With no ``args``: the arguments of the module's ``__init__`` (found from ``frame``, by default
-        the caller's, walking up to the ``__init__`` running for this module); string ``args`` keep only
-        those arguments; one dict or ``argparse.Namespace`` records its items (``load_from_checkpoint``
-        then passes it back as the ``__init__`` argument that held it). ``ignore`` drops names;
-        ``logger=False`` keeps them from the loggers. Checkpoints store them and ``load_from_checkpoint``
-        rebuilds the module from them, so only plain data is accepted (None, bool, int, float, str and
-        lists, tuples and str-keyed dicts of them): loading then never runs code. Anything else is an
-        error naming the argument: pass ``ignore=[name]`` and give it again to
-        ``load_from_checkpoint(path, name=...)``.
-        """
-        if len(args) == 1 and not isinstance(args[0], str) and not args[0]:
-            return  # an empty container: nothing (Lightning's)
-        objects = [a for a in args if not isinstance(a, str)]
-        where = frame if frame is not None else _caller()
-        try:
-            init = _init_args(self, where)
-        except RuntimeError:
-            if not objects:
-                raise
-            init = {}  # values given: no __init__ needed (Lightning's)
-        name: str | None = None
-        if objects:
-            if len(objects) > 1 or len(args) > 1:
-                raise ValueError("save_hyperparameters() takes one dict/Namespace, or names of __init__ arguments")
-            given = objects[0]
-            hp = dict(given) if isinstance(given, Mapping) else dict(vars(given))
-            name = next((k for k, v in init.items() if v is given), None)
-        else:
-            unknown = sorted(set(args) - set(init))
-            if unknown:
-                raise ValueError(
-                    f"save_hyperparameters{tuple(unknown)}: no such __init__ argument; it has {sorted(init)}"
-                )
-            hp = {k: v for k, v in init.items() if not args or k in args}
-        dropped = {ignore} if isinstance(ignore, str) else set(ignore or ())
-        self.hparams.clear()  # each call records anew (Lightning's), less what it ignores
-        for key, value in hp.items():
-            if key in dropped:
-                continue
-            why = _plain_error(value)
-            if why:
-                raise ValueError(
-                    f"save_hyperparameters(): argument {key!r} holds {why}, which a checkpoint cannot store as "
-                    f"plain data (loading must never run code); pass save_hyperparameters(ignore=[{key!r}]) and "
-                    f"give it again when loading: load_from_checkpoint(path, {key}=...)"
-                )
-            self.hparams[key] = copy.deepcopy(value)
-        self.__dict__["_hparams_name"] = name
-        self.__dict__["_log_hyperparams"] = bool(logger)
-
     @classmethod
     def load_from_checkpoint(
         cls: type[M],
@@ -381,10 +243,10 @@ class Module(torch.nn.Module):
     ) -> M:
         """A module built from the checkpoint's hyper-parameters (``init_args`` override them), with its weights.
 
-        Lightning's meaning, for inference: returned in eval mode, on ``map_location`` (default:
-        the CPU). Reads an interlock checkpoint or a Lightning ``.ckpt``, without running code in
-        it. ``strict=False`` ignores missing and unexpected weight names; ``None`` (the default) reads the
-        module's :attr:`strict_loading` (Lightning's).
+        Lightning's meaning: returned in training mode, as built (call ``.eval()`` for inference),
+        on ``map_location`` (default: the CPU). Reads an interlock checkpoint or a Lightning
+        ``.ckpt``, without running code in it. ``strict=False`` ignores missing and unexpected
+        weight names; ``None`` (the default) reads the module's :attr:`strict_loading` (Lightning's).
         """
         if not _loader:
             raise RuntimeError("import interlock before loading a checkpoint (it installs the checkpoint reader)")
@@ -728,11 +590,6 @@ class Module(torch.nn.Module):
     @example_input_array.setter
     def example_input_array(self, example: Any) -> None:
         self.__dict__["_example_input_array"] = example
-
-    @property
-    def hparams_initial(self) -> AttributeDict:
-        """A copy of :attr:`hparams` (Lightning's ``hparams_initial``; interlock records them once, at init)."""
-        return AttributeDict(copy.deepcopy(dict(self.hparams)))
 
     def freeze(self) -> Module:
         """No parameter requires grad, and eval mode (for inference); returns the module."""

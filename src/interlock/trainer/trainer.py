@@ -21,6 +21,7 @@ from interlock.core.datamodule import LOADER_METHODS, check_datamodule, is_datam
 from interlock.core.errors import ChartError, CheckpointError
 from interlock.core.events import EventBus, Handler, Listener, Observer, order_listeners
 from interlock.core.extension import Extension
+from interlock.core.hparams import logged_hparams
 from interlock.core.module import Module, overrides
 from interlock.core.run import Run, stage_def
 from interlock.core.state import TrainerState
@@ -299,7 +300,7 @@ class Trainer:
                 bind(checkpoints)
         return loggers
 
-    def _launch(self, module: Module, call: Callable[[Session], Any], fit: bool = False) -> Any:
+    def _launch(self, module: Module, call: Callable[[Session], Any], fit: bool = False, datamodule: Any = None) -> Any:
         """Run ``call`` through the strategy's launcher.
 
         A launcher that starts new processes sends rank 0's result, state and
@@ -307,8 +308,7 @@ class Trainer:
         ``fit``, what :meth:`save_checkpoint` can write (or why not) is kept.
         """
         self.__dict__["_module"] = module  # what a later validate/test/predict without a module runs
-        logged = module.__dict__.get("_log_hyperparams", True)  # save_hyperparameters(logger=False): not logged
-        hparams = dict(getattr(module, "hparams", None) or {}) if logged else {}
+        hparams = logged_hparams(module, datamodule)  # save_hyperparameters(logger=False): not logged
         for logger in self.listeners:
             bind = getattr(logger, "bind_hyperparameters", None)
             if bind is not None and isinstance(logger, LoggerListener):
@@ -385,7 +385,10 @@ class Trainer:
                 f"train_dataloader() on {type(module).__name__}"
             )
         return self._launch(  # type: ignore[no-any-return]
-            module, lambda s: s.fit(module, train_dataloaders, val_dataloaders, ckpt_path, datamodule), fit=True
+            module,
+            lambda s: s.fit(module, train_dataloaders, val_dataloaders, ckpt_path, datamodule),
+            fit=True,
+            datamodule=datamodule,
         )
 
     def validate(
@@ -486,7 +489,9 @@ class Trainer:
                     "use its weights as they are"
                 ) from None
         return self._launch(
-            module, lambda s: s.evaluate(stage, module, dataloaders, ckpt_path, datamodule, return_predictions)
+            module,
+            lambda s: s.evaluate(stage, module, dataloaders, ckpt_path, datamodule, return_predictions),
+            datamodule=datamodule,
         )
 
     # -- debugging --------------------------------------------------------------------

@@ -245,7 +245,7 @@ class Trainer(NodeLayout, NativeTrainer):
             if callable(bind):
                 bind(lambda: self.runtime.state)
 
-    def _launch(self, module: Module, call: Any, fit: bool = False) -> Any:
+    def _launch(self, module: Module, call: Any, fit: bool = False, datamodule: Any = None) -> Any:
         self._bind(module)
 
         def keeping(session: Any) -> Any:  # what the stage configured, for trainer.optimizers after it
@@ -255,7 +255,7 @@ class Trainer(NodeLayout, NativeTrainer):
                 if session.optimizers or session.schedulers:
                     self.__dict__["_configured"] = (session.optimizers, session.schedulers)
 
-        return super()._launch(module, keeping, fit)
+        return super()._launch(module, keeping, fit, datamodule)
 
     def _evaluate(
         self,
