@@ -1402,3 +1402,57 @@ def test_learning_rate_monitor_rows_in_metrics_csv_are_lightnings(
         texts.append((Path(logger.log_dir) / "metrics.csv").read_text())
     assert texts[0] == texts[1]
     assert "lr-SGD" in texts[1].splitlines()[0]
+
+
+def _logger_calls(lib: Any, logger: Any, root: Path) -> dict[str, Any]:
+    """A module that calls its logger directly (Lightning's Logger API); what the trainer and logger report."""
+
+    class Calls(lib.LightningModule):  # type: ignore[misc,name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.net = torch.nn.Linear(3, 1)
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            return torch.nn.functional.mse_loss(self.net(batch[0]), batch[1])
+
+        def on_train_epoch_end(self) -> None:
+            self.logger.log_metrics({"manual": torch.tensor(1.5), "other": 2}, step=self.global_step)
+            self.logger.log_hyperparams({"extra": 3})
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    trainer = lib.Trainer(
+        max_epochs=2, logger=logger, enable_progress_bar=False, enable_checkpointing=False, enable_model_summary=False
+    )
+    trainer.fit(Calls(), Data(n=16).train_dataloader())
+    logger.save()
+    return {
+        "log_dir": os.path.relpath(trainer.log_dir, root),
+        "save_dir": os.path.relpath(logger.save_dir, root),
+        "hparams": (Path(logger.log_dir) / "hparams.yaml").read_text(),
+    }
+
+
+@pytest.mark.parametrize("kind", ["CSVLogger", "TensorBoardLogger"])
+def test_a_modules_own_logger_calls_write_what_lightnings_do(kind: str, tmp_path: Path) -> None:
+    """self.logger.log_metrics / log_hyperparams / save, trainer.log_dir and logger.save_dir, as in Lightning."""
+    seen = []
+    for lib in (pl, il):
+        root = tmp_path / lib.__name__
+        logger = getattr(lib.loggers, kind)(str(root / "logs"), name="x", version=0)
+        out = _logger_calls(lib, logger, root)
+        if kind == "CSVLogger":
+            out["rows"] = (Path(logger.log_dir) / "metrics.csv").read_text()
+        else:
+            from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+            events = EventAccumulator(logger.log_dir)
+            events.Reload()
+            out["rows"] = {t: [(e.step, e.value) for e in events.Scalars(t)] for t in events.Tags()["scalars"]}
+        seen.append(out)
+    assert seen[0] == seen[1]
+    assert seen[1]["log_dir"] == os.path.join("logs", "x", "version_0") and seen[1]["save_dir"] == "logs"
+    assert "manual" in str(seen[1]["rows"])
+    assert ("extra: 3" in seen[1]["hparams"]) if kind == "CSVLogger" else ("hp_metric" in str(seen[1]["rows"]))

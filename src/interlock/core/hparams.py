@@ -158,19 +158,22 @@ class HyperparametersMixin:
         return AttributeDict(copy.deepcopy(dict(self.hparams)))
 
 
-def logged_hparams(module: Any, datamodule: Any = None) -> dict[str, Any]:
+def logged_hparams(module: Any, datamodule: Any = None) -> dict[str, Any] | None:
     """What the loggers log: the module's hyper-parameters, then the data module's (Lightning's merge).
 
-    Each side's ``save_hyperparameters(logger=False)`` leaves it out. A name both record with
-    different values is a ``RuntimeError``, as in Lightning.
+    Only a side that called ``save_hyperparameters()`` (with ``logger=True``, the default) is logged;
+    ``None`` when neither did: the loggers then log no hyper-parameters at all, as Lightning's. A
+    name both record with different values (or types) is a ``RuntimeError``, as in Lightning.
     """
 
-    def of(owner: Any) -> dict[str, Any]:
-        logged = getattr(owner, "__dict__", {}).get("_log_hyperparams", True)
-        return dict(getattr(owner, "hparams", None) or {}) if owner is not None and logged else {}
+    def of(owner: Any) -> dict[str, Any] | None:
+        logged = owner is not None and getattr(owner, "__dict__", {}).get("_log_hyperparams", False)
+        return dict(getattr(owner, "hparams", None) or {}) if logged else None
 
     mine, data = of(module), of(datamodule)
-    clash = sorted(k for k in mine.keys() & data.keys() if mine[k] != data[k])
+    if mine is None or data is None:
+        return mine if data is None else data
+    clash = sorted(k for k in mine.keys() & data.keys() if type(mine[k]) is not type(data[k]) or mine[k] != data[k])
     if clash:
         raise RuntimeError(
             f"the hyper-parameters {clash} are recorded by both {type(module).__name__} and "

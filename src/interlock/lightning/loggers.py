@@ -77,6 +77,7 @@ class CSVLogger(LightningCSVLogger):
         super().__init__(save_dir=folder, prefix=prefix)
         self.root_dir = str(Path(save_dir) / (name or ""))
         self.logger_name = name or ""
+        self._save_dir = str(save_dir)
 
     @property
     def name(self) -> str:
@@ -84,8 +85,13 @@ class CSVLogger(LightningCSVLogger):
         return self.logger_name
 
     @property
+    def save_dir(self) -> str:  # type: ignore[override]
+        """The ``save_dir`` given, as Lightning's (the files go to :attr:`log_dir` under it)."""
+        return self._save_dir
+
+    @property
     def log_dir(self) -> str:
-        return str(self.save_dir)
+        return str(self.folder)
 
     @property
     def experiment(self) -> Any:
@@ -129,6 +135,7 @@ class TensorBoardLogger(LightningTensorBoardLogger):
         super().__init__(save_dir=folder, prefix=prefix, default_hp_metric=default_hp_metric)
         self.root_dir = str(Path(save_dir) / (name or ""))
         self.logger_name = name or ""
+        self._save_dir = str(save_dir)
 
     @property
     def name(self) -> str:
@@ -136,9 +143,14 @@ class TensorBoardLogger(LightningTensorBoardLogger):
         return self.logger_name
 
     @property
+    def save_dir(self) -> str:  # type: ignore[override]
+        """The ``save_dir`` given, as Lightning's (the files go to :attr:`log_dir` under it)."""
+        return self._save_dir
+
+    @property
     def log_dir(self) -> str:
         """``save_dir/name/version_N`` (``/sub_dir``), as Lightning's."""
-        return str(self.save_dir)
+        return str(self.folder)
 
 
 _LATER = "it is not in interlock yet (planned); use MLFlowLogger, WandbLogger, TensorBoardLogger or CSVLogger"

@@ -88,7 +88,7 @@ class TrackingLogger(LoggerListener):
             raise ValueError(f"{type(self).__name__}(prefix={prefix!r}) must be a string")
         self.prefix = prefix
         self.log_every_n_steps = 50
-        self._hparams: dict[str, Any] = {}
+        self._hparams: dict[str, Any] | None = None  # None: no save_hyperparameters, nothing is logged
         self._checkpoints: tuple[Any, ...] = ()
         self._lr_monitors: tuple[Any, ...] = ()  # LearningRateMonitor listeners whose rates are rows here
         self._run_id: str | None = None  # the open run (None: not opened in this process)
@@ -108,9 +108,9 @@ class TrackingLogger(LoggerListener):
         """Take the Trainer's ``log_every_n_steps`` (0: no step rows)."""
         self.log_every_n_steps = config.log_every_n_steps
 
-    def bind_hyperparameters(self, hparams: Mapping[str, Any]) -> None:
-        """The module's ``save_hyperparameters`` (plain data), logged when the run opens."""
-        self._hparams = dict(hparams)
+    def bind_hyperparameters(self, hparams: Mapping[str, Any] | None) -> None:
+        """What ``save_hyperparameters`` recorded (plain data), logged when the run opens; ``None``: nothing."""
+        self._hparams = None if hparams is None else dict(hparams)
 
     def bind_checkpoints(self, checkpoints: Sequence[Any]) -> None:
         """The run's ``ModelCheckpoint`` listeners, whose kept files ``log_model`` uploads."""
@@ -129,6 +129,35 @@ class TrackingLogger(LoggerListener):
             if name in ("on_rates_at_batch_start", "on_rates_at_epoch_start") and not self._lr_monitors:
                 continue
             yield pattern, handler, every, once
+
+    # -- Lightning's Logger methods, for a module's own calls (self.logger.log_metrics(...)) --
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        """Log ``metrics`` (numbers or one-element tensors) at ``step`` now (rank 0 only), as Lightning's."""
+        if self._rank_zero is False:
+            return
+        values = {self._name(k): v.item() if hasattr(v, "item") else v for k, v in metrics.items()}
+        if self._run_id is None:
+            self._safely(f"open a run in {self.where}", lambda: self._begin(None))
+        self._safely(f"log metrics to {self.where}", lambda: self._send_metrics(values, 0 if step is None else step))
+
+    def log_hyperparams(self, params: Any, metrics: Any = None) -> None:
+        """Add ``params`` (a dict or ``argparse.Namespace``) to the logged hyper-parameters (rank 0 only).
+
+        ``metrics``: values to log at step 0 with them (one number is ``hp_metric``), as Lightning's.
+        """
+        if self._rank_zero is False:
+            return
+        given = params if isinstance(params, Mapping) else vars(params)
+        hparams = self._hparams = {**(self._hparams or {}), **given}
+        if self._run_id is None:
+            self._safely(f"open a run in {self.where}", lambda: self._begin(None))
+        else:
+            self._safely("log the hyper-parameters", lambda: self._send_params(hparams))
+        if metrics is not None:
+            self.log_metrics(metrics if isinstance(metrics, Mapping) else {"hp_metric": metrics}, 0)
+
+    def save(self) -> None:
+        """Lightning's ``logger.save()``: nothing to do, every row is written (or sent) as it comes."""
 
     # -- what a subclass implements ------------------------------------------------------
     def _open(self, run_id: str | None) -> str:
@@ -184,8 +213,9 @@ class TrackingLogger(LoggerListener):
         """Open the run (``run_id``: continue it) unless open, and log the hyper-parameters."""
         if self._run_id is None:
             self._run_id = self._open(run_id)
-            if self._hparams:
-                self._safely("log the hyper-parameters", lambda: self._send_params(self._hparams))
+            hparams = self._hparams
+            if hparams:
+                self._safely("log the hyper-parameters", lambda: self._send_params(hparams))
 
     def _given_run_id(self) -> str | None:
         """A run id the user passed (continue that run)."""

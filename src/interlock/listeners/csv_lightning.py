@@ -33,12 +33,17 @@ class LightningCSVLogger(TrackingLogger):
 
     def __init__(self, save_dir: str | os.PathLike[str], prefix: str = "") -> None:
         super().__init__(log_model=False, prefix=prefix)
-        self.save_dir = Path(save_dir)
+        self.folder = Path(save_dir)  # where the files go
         self._keys: list[str] = []  # the header: the names seen so far, sorted
 
     @property
+    def save_dir(self) -> Path:
+        """The folder the files go to."""
+        return self.folder
+
+    @property
     def metrics_file(self) -> Path:
-        return self.save_dir / "metrics.csv"
+        return self.folder / "metrics.csv"
 
     # -- TrackingLogger ------------------------------------------------------------------
     def _safely(self, what: str, call: Callable[[], Any]) -> bool:
@@ -72,8 +77,8 @@ class LightningCSVLogger(TrackingLogger):
     def _send_params(self, params: Mapping[str, Any]) -> None:
         import yaml
 
-        self.save_dir.mkdir(parents=True, exist_ok=True)
-        with (self.save_dir / "hparams.yaml").open("w", newline="") as f:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with (self.folder / "hparams.yaml").open("w", newline="") as f:
             yaml.dump(dict(params), f)
 
     def _send_checkpoints(self, files: Sequence[tuple[str, Mapping[str, Any]]]) -> None:

@@ -31,10 +31,15 @@ class LightningTensorBoardLogger(TrackingLogger):
 
     def __init__(self, save_dir: str | os.PathLike[str], prefix: str = "", default_hp_metric: bool = True) -> None:
         super().__init__(log_model=False, prefix=prefix)
-        self.save_dir = Path(save_dir)
+        self.folder = Path(save_dir)  # where the files go
         self.default_hp_metric = default_hp_metric
         self._writer: Any = None
         self._params: dict[str, Any] = {}  # what hparams.yaml holds
+
+    @property
+    def save_dir(self) -> Path:
+        """The folder the files go to."""
+        return self.folder
 
     @property
     def experiment(self) -> Any:
@@ -44,7 +49,7 @@ class LightningTensorBoardLogger(TrackingLogger):
                 "TensorBoardLogger.experiment is written by rank 0 only; guard the call with global_rank"
             )
         if self._writer is None:
-            self._writer = summary_writer(self.save_dir)
+            self._writer = summary_writer(self.folder)
         return self._writer
 
     # -- TrackingLogger ------------------------------------------------------------------
@@ -54,19 +59,24 @@ class LightningTensorBoardLogger(TrackingLogger):
         return True
 
     def _begin(self, run_id: str | None) -> None:
-        """Lightning logs the hyper-parameters at every stage start, also when there are none (``hp_metric``)."""
+        """Log the hyper-parameters at every stage start once ``save_hyperparameters`` was called (Lightning's).
+
+        Also when it recorded none: the ``hp_metric`` placeholder.
+        """
         if self._run_id is None:
             self._run_id = self._open(run_id)
-            self._send_params(self._hparams)
+            if self._hparams is not None:
+                self._send_params(self._hparams)
 
     def _open(self, run_id: str | None) -> str:
         self.experiment  # noqa: B018 - the writer is made now, in the stage's directory
-        return str(self.save_dir)
+        return str(self.folder)
 
     def _send_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         writer = self.experiment
         for name, value in metrics.items():
             writer.add_scalar(name, value, step)
+        self._save_yaml()
 
     def _send_params(self, params: Mapping[str, Any]) -> None:
         from torch.utils.tensorboard.summary import hparams
@@ -79,10 +89,15 @@ class LightningTensorBoardLogger(TrackingLogger):
             file_writer = self.experiment._get_file_writer()
             for summary in hparams(shown, metrics):
                 file_writer.add_summary(summary)
-        yaml_file = self.save_dir / "hparams.yaml"
+        self._save_yaml()
+
+    def _save_yaml(self) -> None:
+        """``hparams.yaml`` with the hyper-parameters logged so far, once (Lightning's ``save()``: ``{}`` if none)."""
+        yaml_file = self.folder / "hparams.yaml"
         if not yaml_file.is_file():
             import yaml
 
+            self.folder.mkdir(parents=True, exist_ok=True)
             with yaml_file.open("w", newline="") as f:
                 yaml.dump(dict(self._params), f)
 
@@ -90,6 +105,7 @@ class LightningTensorBoardLogger(TrackingLogger):
         """TensorBoard holds no checkpoints (``log_model`` is off)."""
 
     def _close(self, status: str) -> None:
+        self._save_yaml()
         if self._writer is not None:
             self._writer.flush()
             self._writer.close()

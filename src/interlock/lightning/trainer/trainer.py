@@ -379,8 +379,13 @@ class Trainer(NodeLayout, NativeTrainer):
 
     @property
     def log_dir(self) -> str:
-        """The run directory (Lightning's ``lightning_logs/version_N``; interlock's ``runs/version_N``)."""
-        return str(self.run_dir)
+        """The first logger's directory, as Lightning's; the run directory with the default logger or none.
+
+        (Lightning's default is ``lightning_logs/version_N``; interlock's ``runs/version_N``.)
+        """
+        first = self.loggers[0] if self.loggers else None
+        mine = getattr(first, "log_dir", None) or getattr(first, "save_dir", None)
+        return str(mine) if mine is not None else str(self.run_dir)
 
     @property
     def loggers(self) -> list[Listener]:
