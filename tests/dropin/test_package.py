@@ -1456,3 +1456,27 @@ def test_a_modules_own_logger_calls_write_what_lightnings_do(kind: str, tmp_path
     assert seen[1]["log_dir"] == os.path.join("logs", "x", "version_0") and seen[1]["save_dir"] == "logs"
     assert "manual" in str(seen[1]["rows"])
     assert ("extra: 3" in seen[1]["hparams"]) if kind == "CSVLogger" else ("hp_metric" in str(seen[1]["rows"]))
+
+
+def test_the_trainers_callback_attributes_are_the_callbacks_given_as_lightnings(tmp_path: Path) -> None:
+    """checkpoint_callback(s), early_stopping_callback(s), progress_bar_callback: the objects given, as Lightning's."""
+    seen = []
+    for lib in (pl, il):
+        ckpt = lib.callbacks.ModelCheckpoint(monitor="val_loss", dirpath=tmp_path / lib.__name__)
+        stop = lib.callbacks.EarlyStopping("val_loss")
+        trainer = lib.Trainer(
+            max_epochs=1, callbacks=[ckpt, stop], logger=False, enable_progress_bar=False, enable_model_summary=False
+        )
+        data = Data(n=8)
+        trainer.fit((LitRegression if lib is pl else Regression)(), data.train_dataloader(), data.val_dataloader())
+        seen.append(
+            (
+                trainer.checkpoint_callback is ckpt,
+                trainer.checkpoint_callbacks == [ckpt],
+                isinstance(trainer.checkpoint_callback, lib.callbacks.ModelCheckpoint),
+                trainer.early_stopping_callback is stop,
+                trainer.early_stopping_callbacks == [stop],
+                trainer.progress_bar_callback,
+            )
+        )
+    assert seen[0] == seen[1] == (True, True, True, True, True, None)

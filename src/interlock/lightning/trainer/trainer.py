@@ -406,22 +406,42 @@ class Trainer(NodeLayout, NativeTrainer):
         return [*self.listeners, *self.lightning_callbacks]
 
     @property
-    def checkpoint_callbacks(self) -> list[CheckpointView]:
+    def checkpoint_callbacks(self) -> list[Any]:
+        """Every ``ModelCheckpoint``; a native one in a view with Lightning's attributes (``best_model_path``, ...).
+
+        One of ``interlock.lightning.callbacks`` has them itself and comes as it is.
+        """
+        from interlock.lightning.callbacks import ModelCheckpoint as LitModelCheckpoint
         from interlock.listeners import ModelCheckpoint
 
-        return [CheckpointView(x, self) for x in self.listeners if isinstance(x, ModelCheckpoint)]
+        found = [x for x in self.listeners if isinstance(x, ModelCheckpoint)]
+        return [x if isinstance(x, LitModelCheckpoint) else CheckpointView(x, self) for x in found]
 
     @property
-    def checkpoint_callback(self) -> CheckpointView | None:
+    def checkpoint_callback(self) -> Any:
         """The first ``ModelCheckpoint``, with Lightning's attributes (``best_model_path``, ``best_model_score``)."""
         found = self.checkpoint_callbacks
         return found[0] if found else None
 
     @property
-    def early_stopping_callback(self) -> Listener | None:
+    def early_stopping_callbacks(self) -> list[Listener]:
+        """Every ``EarlyStopping``, in order (Lightning's)."""
         from interlock.listeners import EarlyStopping
 
-        return next((x for x in self.listeners if isinstance(x, EarlyStopping)), None)
+        return [x for x in self.listeners if isinstance(x, EarlyStopping)]
+
+    @property
+    def early_stopping_callback(self) -> Listener | None:
+        """The first ``EarlyStopping`` (``None`` without one)."""
+        found = self.early_stopping_callbacks
+        return found[0] if found else None
+
+    @property
+    def progress_bar_callback(self) -> Listener | None:
+        """The progress bar listener (``None`` with ``enable_progress_bar=False``), as Lightning's."""
+        from interlock.listeners.progress import ProgressBar
+
+        return next((x for x in self.listeners if isinstance(x, ProgressBar)), None)
 
     @property
     def optimizers(self) -> list[torch.optim.Optimizer]:
