@@ -1480,3 +1480,52 @@ def test_the_trainers_callback_attributes_are_the_callbacks_given_as_lightnings(
             )
         )
     assert seen[0] == seen[1] == (True, True, True, True, True, None)
+
+
+def _lengths(loaders: Any) -> Any:
+    return None if loaders is None else [len(x) for x in loaders] if isinstance(loaders, list) else len(loaders)
+
+
+def test_the_trainers_loaders_and_strategy_read_as_lightnings(tmp_path: Path) -> None:
+    """trainer.train_dataloader, val_/test_/predict_dataloaders (in hooks, after each call), trainer.strategy."""
+    seen = []
+    for lib, module_cls in ((pl, _LitStaged), (il, _Staged)):
+
+        class Reads(lib.Callback):  # type: ignore[misc,name-defined]
+            def __init__(self) -> None:
+                self.seen: list[Any] = []
+
+            def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+                strategy = trainer.strategy
+                strategy.barrier()
+                self.seen += [_lengths(trainer.train_dataloader), _lengths(trainer.val_dataloaders)]
+                self.seen += [strategy.is_global_zero, strategy.world_size, strategy.broadcast(5)]
+
+            def on_test_start(self, trainer: Any, pl_module: Any) -> None:
+                self.seen.append(_lengths(trainer.test_dataloaders))
+
+        reads = Reads()
+        trainer = lib.Trainer(
+            max_epochs=1,
+            callbacks=[reads],
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            default_root_dir=str(tmp_path),
+        )
+        model, data = module_cls(), Data(n=20)
+        names = ("train_dataloader", "val_dataloaders", "test_dataloaders", "predict_dataloaders")
+        after = [[_lengths(getattr(trainer, n)) for n in names]]
+        trainer.fit(model, data.train_dataloader(), data.val_dataloader())
+        after.append([_lengths(getattr(trainer, n)) for n in names])
+        for call in ("validate", "test"):
+            getattr(trainer, call)(model, data.val_dataloader(), verbose=False)
+            after.append([_lengths(getattr(trainer, n)) for n in names])
+        trainer.predict(model, data.train_dataloader())
+        after.append([_lengths(getattr(trainer, n)) for n in names])
+        seen.append((reads.seen, after))
+    assert seen[0] == seen[1]
+    assert seen[1][1][1][:2] == [5, 3] and seen[1][1][-1] == [None, None, None, 5]
+    with pytest.raises(AttributeError, match="statechart"):
+        il.Trainer().fit_loop  # noqa: B018

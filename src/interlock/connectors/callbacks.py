@@ -287,6 +287,36 @@ class TrainerView(NodeLayout):
         return self._run.plan.datamodule
 
     @property
+    def strategy(self) -> Any:
+        """The strategy plugin: ``barrier()``, ``broadcast(obj, src)``, ``is_global_zero``, ``world_size``, ..."""
+        return self._run.slot(HardwareSlot).strategy
+
+    def _loaders(self, key: str) -> Any:
+        """The loop's loader (several: the list), as this process iterates it; ``None`` without one (Lightning's)."""
+        feeds, ranks = self._run.feeds, self.world_size
+        found = [feeds[feed_key(key, i)] for i in range(loader_count(feeds, key))]
+        loaders = [f.data.loader if ranks > 1 else f.loader for f in found]  # several ranks: this rank's share
+        return _as_given(loaders) if loaders else None
+
+    @property
+    def train_dataloader(self) -> Any:
+        """The training loader of the fit (``None`` in other stages)."""
+        return self._loaders("train")
+
+    @property
+    def val_dataloaders(self) -> Any:
+        """The validation loader, or the list of them (``None`` without)."""
+        return self._loaders("val")
+
+    @property
+    def test_dataloaders(self) -> Any:
+        return self._loaders("test")
+
+    @property
+    def predict_dataloaders(self) -> Any:
+        return self._loaders("predict")
+
+    @property
     def lightning_module(self) -> Any:
         return self._run.module
 
@@ -523,6 +553,11 @@ class TrainerView(NodeLayout):
 
     def __repr__(self) -> str:
         return f"TrainerView(stage={self._run.stage!r}, at={self._run.state.chart!r})"
+
+
+def _as_given(loaders: list[Any]) -> Any:
+    """One loader as itself, several as their list (what the call was given)."""
+    return loaders[0] if len(loaders) == 1 else loaders
 
 
 _OFFERS = sorted(n for n, v in vars(TrainerView).items() if isinstance(v, property) or n in ("save_checkpoint",))

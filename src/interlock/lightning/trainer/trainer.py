@@ -346,6 +346,9 @@ class Trainer(NodeLayout, NativeTrainer):
             return lightning_flag(self.config, name, self.__dict__.get("_clip_algorithm"))
         except AttributeError:
             pass
+        if name in _LOADERS:  # Lightning's trainer holds the loaders of its last call only
+            last = (self.__dict__.get("_ended") or {}).get(self.runtime.state.stage)
+            return None if last is None else getattr(view(last), name)
         if isinstance(TrainerView.__dict__.get(name), property):  # a figure of the run a callback reads
             stage = self._described(name)
             ended = (self.__dict__.get("_ended") or {}).get(stage)
@@ -356,7 +359,15 @@ class Trainer(NodeLayout, NativeTrainer):
                 "yet, or its last call ran in other processes (ddp_spawn, several ranks); read it after "
                 f"trainer.{stage}(...) in one process, or in a Lightning Callback's hooks"
             )
+        instead = _LIGHTNING_ONLY.get(name)
+        if instead is not None:
+            raise AttributeError(f"trainer.{name} is Lightning's, and interlock has no such object: {instead}")
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def strategy(self) -> Any:
+        """The strategy plugin: ``barrier()``, ``broadcast(obj, src)``, ``is_global_zero``, ``world_size``, ..."""
+        return self.hardware.strategy
 
     def _described(self, name: str) -> str:
         """The stage whose last run a figure of Lightning's trainer describes after the calls.
@@ -508,6 +519,25 @@ class Trainer(NodeLayout, NativeTrainer):
             instead = _SETTABLE.get(name, "configure it with a Trainer flag, or return an update from a listener")
             raise AttributeError(f"trainer.{name} is read-only in interlock (the state is frozen): {instead}")
         super().__setattr__(name, value)
+
+
+_LOADERS = ("train_dataloader", "val_dataloaders", "test_dataloaders", "predict_dataloaders")
+_LOOPS = (
+    "the loops are interlock's statechart, not objects: read trainer.state (its counters and its position "
+    "state.chart), or listen to the chart's events (docs/concepts.md)"
+)
+#: Lightning Trainer attributes interlock has no object for, and what to use instead.
+_LIGHTNING_ONLY = {
+    "fit_loop": _LOOPS,
+    "validate_loop": _LOOPS,
+    "test_loop": _LOOPS,
+    "predict_loop": _LOOPS,
+    "accelerator": "trainer.hardware.accelerator is interlock's plugin (trainer.hardware.device: the device)",
+    "precision_plugin": "trainer.hardware.precision is interlock's precision plugin (trainer.precision the flag)",
+    "profiler": "the EventTrace listener times every state (interlock trace, interlock view), or wrap trainer.fit "
+    "in torch.profiler.profile(...)",
+    "ckpt_path": "keep the path you passed to fit/validate/test/predict (interlock logs the file it resumed from)",
+}
 
 
 class CheckpointView:
