@@ -259,14 +259,14 @@ def test_a_user_guard_that_reads_an_agreed_fact_needs_its_agreement(tmp_path: Pa
     chart = load_chart(
         _copy(
             tmp_path,
-            "- {trigger: train, target: train}\n      sanity:",
-            "- {trigger: early, guard: my.stop_early, target: end}\n"
-            "          - {trigger: train, target: train}\n      sanity:",
+            "entry: [data.start_epoch, module.on_train_epoch_start]\n            always:\n",
+            "entry: [data.start_epoch, module.on_train_epoch_start]\n            always:\n"
+            "              - {trigger: early, guard: my.stop_early, target: epoch_end}\n",
         )
     )
     reg: Registry = REGISTRY.copy()
     reg.add_guard("my.stop_early", lambda facts: bool(facts.state.agreed.get("stop")), agreed=("stop",))
-    with pytest.raises(ChartError, match=r"'fit.start'.*'my.stop_early'.*'dist.agree_stop'"):
+    with pytest.raises(ChartError, match=r"'fit.train.epoch_start'.*'my.stop_early'.*'dist.agree_stop'"):
         check_agreement(
             chart, {n: e.agreed for n, e in reg.guards.items()}, {n: e.agrees for n, e in reg.actions.items()}
         )

@@ -1529,3 +1529,51 @@ def test_the_trainers_loaders_and_strategy_read_as_lightnings(tmp_path: Path) ->
     assert seen[1][1][1][:2] == [5, 3] and seen[1][1][-1] == [None, None, None, 5]
     with pytest.raises(AttributeError, match="statechart"):
         il.Trainer().fit_loop  # noqa: B018
+
+
+def _stopping_fit(lib: Any, module_cls: type, root: Path, **flags: Any) -> tuple[Any, ...]:
+    """A callback asks to stop in the sanity check (a LambdaCallback records the hooks that ran)."""
+    seen: list[Any] = []
+
+    def ask(trainer: Any, pl_module: Any) -> None:
+        seen.append(("validation_end", trainer.sanity_checking, trainer.current_epoch))
+        if trainer.sanity_checking:
+            trainer.should_stop = True
+
+    def recorder(name: str) -> Any:
+        return lambda trainer, *_: seen.append((name, trainer.global_step))
+
+    hooks = ("on_train_start", "on_train_epoch_start", "on_train_end", "on_fit_end")
+    record = {hook: recorder(hook) for hook in hooks}
+    trainer = lib.Trainer(
+        max_epochs=2,
+        limit_train_batches=2,
+        callbacks=[lib.callbacks.LambdaCallback(on_validation_end=ask, **record)],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=str(root),
+        **flags,
+    )
+    data = Data(n=16)
+    trainer.fit(module_cls(), data.train_dataloader(), data.val_dataloader())
+    return tuple(seen), trainer.current_epoch, trainer.global_step, trainer.should_stop
+
+
+@pytest.mark.parametrize("flags", [{}, {"min_epochs": 1}, {"min_steps": 3}])
+def test_a_stop_asked_in_the_sanity_check_trains_nothing_as_lightning(flags: dict[str, Any], tmp_path: Path) -> None:
+    """trainer.should_stop = True in the sanity check: no training and no training hooks, unless min_* say otherwise."""
+    theirs = _stopping_fit(pl, LitRegression, tmp_path / "pl", **flags)
+    mine = _stopping_fit(il, Regression, tmp_path / "il", **flags)
+    assert mine == theirs
+    trained = any(name == "on_train_start" for name, *_ in theirs[0])
+    assert trained == bool(flags) and theirs[2] == (0 if not flags else theirs[2])
+
+
+def test_lambda_callback_takes_hooks_by_name_and_refuses_a_misspelt_one() -> None:
+    """LambdaCallback(on_x=fn) runs fn as the hook; an unknown hook name is a TypeError naming the hooks."""
+    with pytest.raises(TypeError, match="on_train_epoc_end.*not a callback hook.*on_train_epoch_end"):
+        il.callbacks.LambdaCallback(on_train_epoc_end=print)
+    with pytest.raises(TypeError, match="must be a function"):
+        il.callbacks.LambdaCallback(on_train_end=3)

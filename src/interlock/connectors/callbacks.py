@@ -87,7 +87,9 @@ def check_callback(obj: Any) -> None:
 
 
 def _overrides(callback: Any, hook: str) -> bool:
-    """Whether ``callback`` defines ``hook`` itself (not the base class's no-op)."""
+    """Whether ``callback`` defines ``hook`` itself (not the base class's no-op); set on the instance counts too."""
+    if hook in getattr(callback, "__dict__", {}):  # LambdaCallback(on_train_epoch_end=fn)
+        return callable(callback.__dict__[hook])
     fn = getattr(type(callback), hook, None)
     if fn is None:
         return callable(getattr(callback, hook, None))  # set on the instance

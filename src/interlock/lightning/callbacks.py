@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from interlock.connectors.callbacks import CALLBACK_HOOKS
 from interlock.core.state import TrainerState
 from interlock.lightning._refuse import missing, refuse_value
 from interlock.lightning.callback import Callback
@@ -41,6 +42,7 @@ __all__ = [
     "DeviceStatsMonitor",
     "EarlyStopping",
     "GradientAccumulationScheduler",
+    "LambdaCallback",
     "LearningRateMonitor",
     "ModelCheckpoint",
     "ModelSummary",
@@ -210,6 +212,23 @@ class EarlyStopping(_Bound, _EarlyStopping):
         return int(self.counters(self._bound_state("stopped_epoch"))["stopped_epoch"])
 
 
+class LambdaCallback(Callback):
+    """Lightning's ``LambdaCallback(on_train_epoch_end=fn, ...)``: each hook given is called as the method would be."""
+
+    def __init__(self, **hooks: Callable[..., Any] | None) -> None:
+        unknown = sorted(set(hooks) - set(CALLBACK_HOOKS))
+        if unknown:
+            raise TypeError(
+                f"LambdaCallback({', '.join(f'{k}=...' for k in unknown)}): not a callback hook; the hooks are "
+                f"{', '.join(CALLBACK_HOOKS)}"
+            )
+        for name, fn in hooks.items():
+            if fn is not None:
+                if not callable(fn):
+                    raise TypeError(f"LambdaCallback({name}={fn!r:.60}) must be a function or None")
+                setattr(self, name, fn)
+
+
 class LearningRateMonitor(_LearningRateMonitor):
     """Lightning's ``LearningRateMonitor(logging_interval)``; momentum and weight decay logging are not supported."""
 
@@ -309,7 +328,6 @@ __getattr__ = missing(
         "train_loader) or interlock.tuner.lr_find(trainer, model, train_loader)",
         "BackboneFinetuning": f"freeze and unfreeze parameters in module hooks (on_train_epoch_start), or {_NATIVE}",
         "BaseFinetuning": f"freeze and unfreeze parameters in module hooks (on_train_epoch_start), or {_NATIVE}",
-        "LambdaCallback": "use trainer.on('event.name', handler) or an interlock.Listener",
         "RichModelSummary": "use ModelSummary(max_depth) (the same table in plain text)",
         "OnExceptionCheckpoint": "interlock saves last.ckpt on preemption and Ctrl-C by itself (docs/resuming.md)",
         "BasePredictionWriter": "write trainer.predict(...)'s returned list yourself",

@@ -160,13 +160,19 @@ def register(reg: Registry) -> None:
         """After validation: the epoch's data ran out or its limit is reached, or the fit is stopping."""
         return lambda facts: _exhausted(facts) or _epoch_over(facts) or _stopping(facts, facts.progress.epoch)
 
-    @reg.guard("limits.nothing_to_train")
+    @reg.guard("limits.nothing_to_train", agreed=("stop",))
     def nothing_to_train(params: Mapping[str, Any]) -> Guard:
-        """max_epochs=0, max_steps=0 or a training batch limit of 0: the fit trains nothing (as in Lightning)."""
+        """The fit trains nothing (as in Lightning, which then runs no training hooks either).
+
+        max_epochs=0, max_steps=0, a training batch limit of 0, or a stop agreed before training (a
+        callback's ``trainer.should_stop = True`` in the sanity check) that min_epochs/min_steps allow.
+        """
 
         def nothing(facts: Facts) -> bool:
-            cfg = facts.config
-            return cfg.epochs == 0 or cfg.max_steps == 0 or facts.state.limits.get("train", None) == 0
+            cfg, c = facts.config, facts.progress
+            if cfg.epochs == 0 or cfg.max_steps == 0 or facts.state.limits.get("train", None) == 0:
+                return True
+            return bool(facts.state.agreed.get("stop")) and cfg.can_stop(c.epoch, c.global_step)
 
         return nothing
 
