@@ -1577,3 +1577,49 @@ def test_lambda_callback_takes_hooks_by_name_and_refuses_a_misspelt_one() -> Non
         il.callbacks.LambdaCallback(on_train_epoc_end=print)
     with pytest.raises(TypeError, match="must be a function"):
         il.callbacks.LambdaCallback(on_train_end=3)
+
+
+def _written(lib: Any, module_cls: type, interval: str, loaders: int) -> list[Any]:
+    """What a BasePredictionWriter subclass is handed: predictions, their dataset indices, batch and loader numbers."""
+    got: list[Any] = []
+
+    class Writer(lib.callbacks.BasePredictionWriter):  # type: ignore[misc,name-defined]
+        def write_on_batch_end(self, trainer: Any, pl_module: Any, prediction: Any, *where: Any) -> None:
+            indices, _, batch_idx, dataloader_idx = where
+            got.append(("batch", prediction.tolist(), list(indices), batch_idx, dataloader_idx))
+
+        def write_on_epoch_end(self, trainer: Any, pl_module: Any, predictions: Any, batch_indices: Any) -> None:
+            flat = [p.tolist() if isinstance(p, torch.Tensor) else [q.tolist() for q in p] for p in predictions]
+            got.append(("epoch", flat, batch_indices))
+
+    trainer = lib.Trainer(
+        callbacks=[Writer(interval)], logger=False, enable_progress_bar=False, enable_model_summary=False
+    )
+    g = torch.Generator().manual_seed(5)
+    data = TensorDataset(torch.randn(20, 3, generator=g), torch.randn(20, 1, generator=g))
+    shuffled = DataLoader(data, batch_size=8, shuffle=True)
+    torch.manual_seed(3)
+    returned = trainer.predict(module_cls(), shuffled if loaders == 1 else [shuffled, DataLoader(data, batch_size=6)],
+                               return_predictions=False)  # fmt: skip
+    return [got, returned]
+
+
+class _Predicts(Regression):
+    def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> torch.Tensor:
+        return self.net(batch[0]).round(decimals=3)
+
+
+class _LitPredicts(LitRegression):
+    predict_step = _Predicts.predict_step
+
+
+@pytest.mark.parametrize("loaders", [1, 2])
+@pytest.mark.parametrize("interval", ["batch", "epoch", "batch_and_epoch"])
+def test_a_prediction_writer_gets_lightnings_predictions_and_batch_indices(interval: str, loaders: int) -> None:
+    """BasePredictionWriter: each batch's prediction with its dataset indices (shuffled), or all at the end."""
+    theirs = _written(pl, _LitPredicts, interval, loaders)
+    mine = _written(il, _Predicts, interval, loaders)
+    assert mine == theirs
+    assert theirs[0] and theirs[1] is None
+    with pytest.raises(ValueError, match="write_interval='step'"):
+        il.callbacks.BasePredictionWriter("step")

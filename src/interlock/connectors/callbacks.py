@@ -300,6 +300,22 @@ class TrainerView(NodeLayout):
         loaders = [f.data.loader if ranks > 1 else f.loader for f in found]  # several ranks: this rank's share
         return _as_given(loaders) if loaders else None
 
+    def _prediction_batch_indices(self, batch_idx: int, dataloader_idx: int) -> list[int]:
+        """The dataset indices of a predict batch (``[]`` when the loader's are unknown), for a prediction writer."""
+        feed = self._run.feeds.get(feed_key("predict", dataloader_idx))
+        return feed.data.batch_indices(batch_idx) if feed is not None else []
+
+    def _prediction_epoch(self) -> tuple[list[Any], list[list[list[int]]]]:
+        """The predictions kept this epoch (a list per loader with several) and their batch indices, per loader."""
+        feeds, predictions = self._run.feeds, self._run.predictions
+        count = loader_count(feeds, "predict")
+        per_loader = predictions if count > 1 else [predictions]
+        indices = [
+            [feeds[feed_key("predict", i)].data.batch_indices(b) for b in range(len(made))]
+            for i, made in enumerate(per_loader)
+        ]
+        return predictions, indices
+
     @property
     def train_dataloader(self) -> Any:
         """The training loader of the fit (``None`` in other stages)."""

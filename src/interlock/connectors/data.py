@@ -73,6 +73,8 @@ class PositionSampler(Sampler[int]):
         self.generator = generator
         #: ``generator``'s state when the epoch's order was drawn (hex), kept in the data position
         self.epoch_state: str | None = None
+        #: the indices this epoch yields, kept when asked (a prediction writer's batch indices); ``None``: not kept
+        self.seen: list[int] | None = None
 
     def __len__(self) -> int:
         return math.ceil(self.size / self.num_replicas)
@@ -105,7 +107,10 @@ class PositionSampler(Sampler[int]):
         return itertools.chain.from_iterable(self._parts())
 
     def _parts(self) -> Iterator[list[int]]:
-        yield self.order()[self.start :]
+        order = self.order()[self.start :]
+        if self.seen is not None:
+            self.seen = order
+        yield order
         if self.shuffle and self.generator is not None:
             torch.randperm(self.size, generator=self.generator)  # RandomSampler draws once more when exhausted
 
@@ -227,6 +232,21 @@ class EpochData:
         for obj in (getattr(self.loader, "sampler", None), getattr(self.loader, "batch_sampler", None), self.dataset):
             if obj is not None and hasattr(obj, "set_epoch") and not isinstance(obj, PositionSampler):
                 obj.set_epoch(epoch)
+
+    def keep_indices(self) -> bool:
+        """Keep the indices each epoch yields (for :meth:`batch_indices`); ``False`` when the loader's are unknown."""
+        if self.sampler is None:
+            return False
+        self.sampler.seen = self.sampler.seen or []
+        return True
+
+    def batch_indices(self, batch_idx: int) -> list[int]:
+        """The dataset indices of batch ``batch_idx`` of this epoch (:meth:`keep_indices` first; ``[]``: unknown)."""
+        seen: list[int] | None = self.sampler.seen if self.sampler is not None else None
+        size: int | None = getattr(self.loader, "batch_size", None)
+        if seen is None or not size:
+            return []
+        return seen[batch_idx * size : (batch_idx + 1) * size]
 
     @property
     def generator_epoch(self) -> str | None:
@@ -552,6 +572,10 @@ def register(reg: Registry) -> None:
                 unshuffle = {"train": "training", "val": "validation"}.get(key) if overfit else None
                 flag = f"Trainer(limit_{loop}_batches)"
                 feed.prepare(dist.world_size if dist else 1, dist.rank if dist else 0, limit, unshuffle, flag)
+            if any(getattr(c, "wants_batch_indices", False) for c in run.callbacks):  # a prediction writer
+                for key, feed in run.feeds.items():
+                    if key.split("#")[0] == "predict":
+                        feed.data.keep_indices()
             train = run.feeds.get("train")
             if run.stage == "fit" and train is not None:
                 check_training_data(train, cfg)

@@ -38,6 +38,7 @@ from interlock.listeners import StochasticWeightAveraging as _StochasticWeightAv
 from interlock.listeners import Timer as _Timer
 
 __all__ = [
+    "BasePredictionWriter",
     "Callback",
     "DeviceStatsMonitor",
     "EarlyStopping",
@@ -212,6 +213,59 @@ class EarlyStopping(_Bound, _EarlyStopping):
         return int(self.counters(self._bound_state("stopped_epoch"))["stopped_epoch"])
 
 
+_INTERVALS = ("batch", "epoch", "batch_and_epoch")
+
+
+class BasePredictionWriter(Callback):
+    """Lightning's ``BasePredictionWriter(write_interval)``: override ``write_on_batch_end`` / ``write_on_epoch_end``.
+
+    ``write_interval="batch"`` calls ``write_on_batch_end(trainer, pl_module, prediction, batch_indices, batch,
+    batch_idx, dataloader_idx)`` after each predict batch; ``"epoch"`` calls ``write_on_epoch_end(trainer,
+    pl_module, predictions, batch_indices)`` once the predict loop ends (the predictions are kept for it even
+    with ``return_predictions=False``); ``"batch_and_epoch"`` both. ``batch_indices`` are the dataset indices of
+    each batch this process predicted (``[]`` for a loader whose sampler interlock does not drive), as Lightning's.
+    """
+
+    wants_batch_indices = True
+
+    def __init__(self, write_interval: str = "batch") -> None:
+        if write_interval not in _INTERVALS:
+            raise ValueError(f"BasePredictionWriter(write_interval={write_interval!r}) must be one of {_INTERVALS}")
+        self.write_interval = write_interval
+        self.keeps_predictions = write_interval != "batch"
+
+    def write_on_batch_end(
+        self,
+        trainer: Any,
+        pl_module: Any,
+        prediction: Any,
+        batch_indices: list[int] | None,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int,
+    ) -> None:
+        """Override with the logic to write one batch's prediction."""
+        raise NotImplementedError(f"{type(self).__name__} writes per batch: override write_on_batch_end")
+
+    def write_on_epoch_end(self, trainer: Any, pl_module: Any, predictions: Any, batch_indices: Any) -> None:
+        """Override with the logic to write every prediction of the loop."""
+        raise NotImplementedError(f"{type(self).__name__} writes per epoch: override write_on_epoch_end")
+
+    def on_predict_batch_end(
+        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        if self.write_interval == "epoch":
+            return
+        indices = trainer._prediction_batch_indices(batch_idx, dataloader_idx)
+        self.write_on_batch_end(trainer, pl_module, outputs, indices, batch, batch_idx, dataloader_idx)
+
+    def on_predict_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        if self.write_interval == "batch":
+            return
+        predictions, indices = trainer._prediction_epoch()
+        self.write_on_epoch_end(trainer, pl_module, predictions, indices)
+
+
 class LambdaCallback(Callback):
     """Lightning's ``LambdaCallback(on_train_epoch_end=fn, ...)``: each hook given is called as the method would be."""
 
@@ -330,7 +384,6 @@ __getattr__ = missing(
         "BaseFinetuning": f"freeze and unfreeze parameters in module hooks (on_train_epoch_start), or {_NATIVE}",
         "RichModelSummary": "use ModelSummary(max_depth) (the same table in plain text)",
         "OnExceptionCheckpoint": "interlock saves last.ckpt on preemption and Ctrl-C by itself (docs/resuming.md)",
-        "BasePredictionWriter": "write trainer.predict(...)'s returned list yourself",
         "ModelPruning": "call torch.nn.utils.prune from a module hook",
         "WeightAveraging": "use torch.optim.swa_utils.AveragedModel from module hooks, or " + _NATIVE,
         "EMAWeightAveraging": "use torch.optim.swa_utils.AveragedModel from module hooks, or " + _NATIVE,

@@ -227,7 +227,10 @@ def register(reg: Registry) -> None:
         key, name = _params(params, "eval.step")
         prefix = str(params.get("metrics", ""))
         collect = bool(params.get("collect", False))  # the predict loop: outputs are predictions, not metrics
-        keep = collect and run.plan.return_predictions
+        # an epoch-interval prediction writer is given them too, as Lightning keeps them for it
+        keep = collect and (
+            run.plan.return_predictions or any(getattr(c, "keeps_predictions", False) for c in run.callbacks)
+        )
         step, counters = run.step, run.counters
         mdict = run.module.__dict__
         count = 0
