@@ -54,7 +54,35 @@ def _version_dir(owner: str, save_dir: Any, name: str | None, version: int | str
     return root / sub, version
 
 
-class CSVLogger(LightningCSVLogger):
+class _VersionDirs:
+    """``name``, ``save_dir`` and ``log_dir`` as Lightning's loggers have them (files go to ``log_dir``)."""
+
+    folder: Path
+    logger_name: str
+    _save_dir: str
+
+    def _place(self, save_dir: Any, name: str | None) -> None:
+        self.root_dir = str(Path(save_dir) / (name or ""))
+        self.logger_name = name or ""
+        self._save_dir = str(save_dir)
+
+    @property
+    def name(self) -> str:
+        """Lightning's ``logger.name``: the folder under ``save_dir``."""
+        return self.logger_name
+
+    @property
+    def save_dir(self) -> str:
+        """The ``save_dir`` given, as Lightning's (the files go to :attr:`log_dir` under it)."""
+        return self._save_dir
+
+    @property
+    def log_dir(self) -> str:
+        """``save_dir/name/version_N`` (``/sub_dir`` for TensorBoard), as Lightning's."""
+        return str(self.folder)
+
+
+class CSVLogger(_VersionDirs, LightningCSVLogger):  # type: ignore[misc]
     """Lightning's ``CSVLogger(save_dir, name="lightning_logs", version=None, prefix="")``.
 
     ``metrics.csv`` in the version dir has Lightning's rows and columns: a row every
@@ -75,23 +103,7 @@ class CSVLogger(LightningCSVLogger):
             raise ValueError(f"CSVLogger(flush_logs_every_n_steps={flush_logs_every_n_steps!r}) must be an int >= 1")
         folder, self.version = _version_dir("CSVLogger", save_dir, name, version)
         super().__init__(save_dir=folder, prefix=prefix)
-        self.root_dir = str(Path(save_dir) / (name or ""))
-        self.logger_name = name or ""
-        self._save_dir = str(save_dir)
-
-    @property
-    def name(self) -> str:
-        """Lightning's ``logger.name``: the folder under ``save_dir``."""
-        return self.logger_name
-
-    @property
-    def save_dir(self) -> str:  # type: ignore[override]
-        """The ``save_dir`` given, as Lightning's (the files go to :attr:`log_dir` under it)."""
-        return self._save_dir
-
-    @property
-    def log_dir(self) -> str:
-        return str(self.folder)
+        self._place(save_dir, name)
 
     @property
     def experiment(self) -> Any:
@@ -101,7 +113,7 @@ class CSVLogger(LightningCSVLogger):
         )
 
 
-class TensorBoardLogger(LightningTensorBoardLogger):
+class TensorBoardLogger(_VersionDirs, LightningTensorBoardLogger):  # type: ignore[misc]
     """Lightning's ``TensorBoardLogger(save_dir, name="lightning_logs", version=None, ...)``.
 
     The event files hold Lightning's scalars: every value logged on step, every ``log_every_n_steps``
@@ -133,24 +145,7 @@ class TensorBoardLogger(LightningTensorBoardLogger):
         if sub_dir is not None:
             folder = folder / sub_dir
         super().__init__(save_dir=folder, prefix=prefix, default_hp_metric=default_hp_metric)
-        self.root_dir = str(Path(save_dir) / (name or ""))
-        self.logger_name = name or ""
-        self._save_dir = str(save_dir)
-
-    @property
-    def name(self) -> str:
-        """Lightning's ``logger.name``: the folder under ``save_dir``."""
-        return self.logger_name
-
-    @property
-    def save_dir(self) -> str:  # type: ignore[override]
-        """The ``save_dir`` given, as Lightning's (the files go to :attr:`log_dir` under it)."""
-        return self._save_dir
-
-    @property
-    def log_dir(self) -> str:
-        """``save_dir/name/version_N`` (``/sub_dir``), as Lightning's."""
-        return str(self.folder)
+        self._place(save_dir, name)
 
 
 _LATER = "it is not in interlock yet (planned); use MLFlowLogger, WandbLogger, TensorBoardLogger or CSVLogger"

@@ -449,7 +449,7 @@ class ModelCheckpoint(Listener):
     def _last_path(self, state: TrainerState, latest: Mapping[str, float] | None) -> str:
         """``CHECKPOINT_NAME_LAST`` filled in (a template, as Lightning's), versioned past a file found at the start."""
         existing, previous = set(self.stored(state).get("existing", ())), self.stored(state).get("last", "")
-        path, ver = self._subdir, 0
+        ver = 0
         while True:
             name = self.format_checkpoint_name(state, ver or None, latest, self.CHECKPOINT_NAME_LAST)
             path = posixpath.join(self._subdir, name)
@@ -470,7 +470,8 @@ class ModelCheckpoint(Listener):
         ``enable_version_counter=False`` overwrites instead; without a monitor the latest file is
         overwritten, as Lightning does.
         """
-        taken = (set(best_k) - set(dropped)) | {last} | set(self.stored(state).get("existing", ())) - set(dropped)
+        found = set(self.stored(state).get("existing", ()))  # files in the directory when the fit started
+        taken = ((set(best_k) | found) - set(dropped)) | {last}
         if self.monitor is None:  # Lightning overwrites the latest file of the same name rather than version it
             taken.discard(self.stored(state).get("best", ""))
         path, ver = posixpath.join(self._subdir, self.format_checkpoint_name(state, latest=latest)), 0

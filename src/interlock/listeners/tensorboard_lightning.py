@@ -35,6 +35,7 @@ class LightningTensorBoardLogger(TrackingLogger):
         self.default_hp_metric = default_hp_metric
         self._writer: Any = None
         self._params: dict[str, Any] = {}  # what hparams.yaml holds
+        self._yaml_written = False  # hparams.yaml is written once (the first save), as Lightning's
 
     @property
     def save_dir(self) -> Path:
@@ -93,8 +94,11 @@ class LightningTensorBoardLogger(TrackingLogger):
 
     def _save_yaml(self) -> None:
         """``hparams.yaml`` with the hyper-parameters logged so far, once (Lightning's ``save()``: ``{}`` if none)."""
+        if self._yaml_written:
+            return
+        self._yaml_written = True
         yaml_file = self.folder / "hparams.yaml"
-        if not yaml_file.is_file():
+        if not yaml_file.is_file():  # a resumed run's is there already
             import yaml
 
             self.folder.mkdir(parents=True, exist_ok=True)
