@@ -22,10 +22,10 @@ for _name in ("pytorch_lightning", "lightning.pytorch", "lightning_fabric"):
 QUIET = {"logger": False, "enable_progress_bar": False, "enable_model_summary": False}
 
 
-class Records:
-    """Mixed into both modules: the order of setup, on_load_checkpoint and configure_optimizers."""
+class _Linear:
+    """A seeded linear classifier with a ``seen`` record, mixed into the Lightning and interlock twins."""
 
-    seen: list[str]
+    seen: list[Any]
     net: torch.nn.Module
 
     def _build(self) -> None:
@@ -35,6 +35,10 @@ class Records:
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         return torch.nn.functional.cross_entropy(self.net(batch[0]), batch[1])
+
+
+class Records(_Linear):
+    """Mixed into both modules: the order of setup, on_load_checkpoint and configure_optimizers."""
 
     def test_step(self, batch: Any, batch_idx: int) -> Any:
         return None
@@ -433,19 +437,8 @@ def test_a_callback_reads_the_metrics_lightnings_would_at_every_moment(val_loade
         assert final == {k: round(float(v), 5) for k, v in getattr(lit_trainer, name).items()}, name
 
 
-class _LoaderIndex:
+class _LoaderIndex(_Linear):
     """Several validation loaders from ``val_dataloader()``; the batch hooks record the dataloader_idx they get."""
-
-    seen: list[tuple[str, int, int]]
-    net: torch.nn.Module
-
-    def _build(self) -> None:
-        torch.manual_seed(0)
-        self.net = torch.nn.Linear(4, 2)
-        self.seen = []
-
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        return torch.nn.functional.cross_entropy(self.net(batch[0]), batch[1])
 
     def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         self.log("val_loss", torch.nn.functional.cross_entropy(self.net(batch[0]), batch[1]))  # type: ignore[attr-defined]
