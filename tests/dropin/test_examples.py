@@ -1,4 +1,5 @@
-"""Lightning's examples, with synthetic data, train to the same weights with only their imports switched.
+"""Lightning's examples (and one of ours, in Lightning's idioms), with synthetic data, train to the same weights
+with only their imports switched.
 
 Each example in ``examples/`` runs twice in this process: as Lightning code, and with its
 ``lightning.pytorch`` / ``pytorch_lightning`` / ``lightning`` imports replaced by
@@ -33,6 +34,7 @@ EXAMPLES = [
     "generative_adversarial_net",
     "reinforce_learn_Qnet",
     "reinforce_learn_ppo",
+    "trainer_in_module",  # ours, not Lightning's: the module idioms that read and write self.trainer
 ]
 
 

@@ -764,9 +764,11 @@ def test_the_native_package_does_not_load_the_adapter() -> None:
 
 
 def test_the_adapter_trainer_is_the_native_trainer() -> None:
-    """interlock.lightning.Trainer is an interlock.Trainer: the native API keeps working on it."""
+    """interlock.lightning.Trainer is an interlock.Trainer and LightningModule an interlock.Module (with a trainer
+    view): the native API keeps working on them; the data module is the native one."""
     assert issubclass(il.Trainer, interlock.Trainer)
-    assert il.LightningModule is interlock.Module and il.LightningDataModule is interlock.DataModule
+    assert issubclass(il.LightningModule, interlock.Module) and il.LightningDataModule is interlock.DataModule
+    assert "trainer" in vars(il.LightningModule) and "trainer" not in vars(interlock.Module)
 
 
 def _optimizer_args(package: str, scheduler: str) -> list[str]:

@@ -37,10 +37,13 @@ __all__ = [
     "batch_end_handler",
     "caller",
     "check_callback",
+    "ending",
     "is_callback",
     "load_callbacks",
+    "module_writes",
     "order_callbacks",
     "save_callbacks",
+    "shows_trainer",
     "state_key",
     "view",
 ]
@@ -153,7 +156,7 @@ class TrainerView(NodeLayout):
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "should_stop":
             if value is True:
-                self._pending.append(Stop("trainer.should_stop = True in a callback"))
+                self._pending.append(Stop(f"trainer.should_stop = True in {self._writer('trainer.should_stop')}"))
                 return
             if value is False and not self._run.facts.should_stop:
                 return  # already the case
@@ -182,7 +185,20 @@ class TrainerView(NodeLayout):
             raise TypeError(
                 "trainer.save_checkpoint(storage_options=...) is not supported: interlock writes local files"
             )
+        self._writer(f"trainer.save_checkpoint({str(filepath)!r})")
         self._pending.append(SaveCheckpoint(str(filepath), "callback", weights_only=bool(weights_only)))
+
+    def _writer(self, what: str) -> str:
+        """Who writes now (for the update's reason); raise where no call would take the write when it returns."""
+        writers = self._run.slot(CallbacksSlot).writers
+        if writers:
+            return writers[-1]
+        raise RuntimeError(
+            f"{what} here ({self._run.state.chart or self._run.stage}) would not be applied: the trainer view "
+            "takes writes made in a Callback's hooks and in a LightningModule's hooks and steps (training_step, "
+            "validation_step, ...), not in other methods or later; ask there, or return interlock.Stop / "
+            "interlock.SaveCheckpoint from an interlock Listener (docs/porting.md#callbacks)"
+        )
 
     def keep(self, updates: list[Update]) -> None:
         """Hold updates made outside a hook action (a manual backward, a checkpoint save) for the next one."""
@@ -497,6 +513,9 @@ class TrainerView(NodeLayout):
         return chart.tags.get(leaf, frozenset()) if chart is not None else frozenset()
 
     def _running_stage(self) -> str:
+        """The loop running now (Lightning's ``RunningStage``); ``""`` once the call has ended."""
+        if self._run.state.status != "running":
+            return ""
         chart = self._run.state.chart
         if self.sanity_checking:
             return "sanity_check"
@@ -520,11 +539,11 @@ class TrainerView(NodeLayout):
 
     @property
     def testing(self) -> bool:
-        return self._run.stage == "test"
+        return self._running_stage() == "test"
 
     @property
     def predicting(self) -> bool:
-        return self._run.stage == "predict"
+        return self._running_stage() == "predict"
 
     @property
     def log_dir(self) -> str:
@@ -590,6 +609,11 @@ _EPOCH_END = {
 }
 
 
+def ending(shown: TrainerView, hook: str | None) -> None:
+    """Mark the epoch-end hook running now (``None``: none): its view reads the epoch's logged values (Lightning's)."""
+    object.__setattr__(shown, "_ending", _EPOCH_END.get(hook) if hook is not None else None)
+
+
 def view(run: Run) -> TrainerView:
     """The run's trainer view (one per stage), made on first use."""
     slot = run.slot(CallbacksSlot)
@@ -619,12 +643,17 @@ def caller(
     mdict = module.__dict__
     ending = _EPOCH_END.get(hook)
 
+    writers = run.slot(CallbacksSlot).writers
+    who = f"a callback's {hook}"
+
     def call(*args: Any, **kwargs: Any) -> list[Update]:
         object.__setattr__(shown, "_ending", ending)
+        writers.append(who)
         try:
             for fn in chosen:
                 fn(shown, module, *args, **kwargs)
         finally:
+            writers.pop()
             object.__setattr__(shown, "_ending", None)
         updates = shown.take_updates()
         logs = mdict.get("_interlock_logs")
@@ -633,6 +662,34 @@ def caller(
         return updates
 
     return call
+
+
+def shows_trainer(module: Any) -> bool:
+    """Whether ``module`` reads ``self.trainer`` (an ``interlock.lightning.LightningModule``: the trainer view)."""
+    return bool(getattr(type(module), "shows_trainer_view", False))
+
+
+def module_writes(run: Run, act: Callable[[], Any], who: str) -> Callable[[], Any]:
+    """``act``, an action that calls the module's ``who``, also returning what the module wrote to ``self.trainer``.
+
+    Only for a module that :func:`shows_trainer`; any other gets ``act`` itself (nothing added on its path).
+    """
+    if not shows_trainer(run.module):
+        return act
+    shown, writers = view(run), run.slot(CallbacksSlot).writers
+
+    def with_writes() -> Any:
+        writers.append(who)
+        try:
+            out = act()
+        finally:
+            writers.pop()
+        taken = shown.take_updates()
+        if not taken:
+            return out
+        return [*([] if out is None else out if isinstance(out, list) else [out]), *taken]
+
+    return with_writes
 
 
 def batch_end_handler(current: Callable[[], Run | None]) -> Callable[[Any], list[Update]]:

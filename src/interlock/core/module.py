@@ -124,7 +124,9 @@ def _gather(data: Any, group: Any, sync_grads: bool) -> Any:
 _NO_TRAINER = (
     "an interlock Module has no .trainer: the module never holds the trainer. Read the epoch and step with "
     "self.current_epoch / self.global_step, log with self.log(...), reach optimizers with self.optimizers(); "
-    "for anything else write a Listener (it receives (event, state) and returns updates), see docs/porting.md"
+    "for anything else write a Listener (it receives (event, state) and returns updates); code ported from "
+    "Lightning can subclass interlock.lightning.LightningModule, whose self.trainer is a read-only view, see "
+    "docs/porting.md"
 )
 
 
@@ -138,7 +140,7 @@ class ModuleView:
 
     __slots__ = (
         "ahead", "backward", "counters", "global_rank", "local_rank", "loggers", "optim", "optimizer_step",
-        "precision", "trained", "world_size",
+        "precision", "trained", "trainer", "world_size",
     )  # fmt: skip
 
     def __init__(
@@ -154,8 +156,10 @@ class ModuleView:
         loggers: Sequence[Any] = (),
         precision: str = "32-true",
         trained: Callable[[], bool] = lambda: False,
+        trainer: Callable[[], Any] | None = None,
     ) -> None:
         self.counters, self.optim, self.backward = counters, optim, backward
+        self.trainer = trainer  # the stage's read-only trainer view (what a LightningModule's self.trainer gives)
         self.trained = trained  # whether the fit's training has ended (on_train_end ran, or a later stage runs)
         self.optimizer_step = optimizer_step
         self.global_rank, self.local_rank, self.world_size = global_rank, local_rank, world_size
@@ -211,7 +215,8 @@ class Module(HyperparametersMixin, torch.nn.Module):
     ``test_<name>``). ``self.log(name, value)`` records a metric under ``name``
     with Lightning's options (docs/porting.md). Lightning's hook methods
     (``on_train_epoch_end``, ...) are called at their states of the chart. There is
-    no ``self.trainer``: the module never sees the trainer; ``self.current_epoch``
+    no ``self.trainer`` (``interlock.lightning.LightningModule`` adds a read-only view of it for ported
+    code): the module never sees the trainer; ``self.current_epoch``
     and ``self.global_step`` read the counters. ``metric_modes`` says which
     metrics are better when higher (``"max"``); by default names containing
     ``loss`` or ``err`` are ``"min"`` and all others ``"max"``.

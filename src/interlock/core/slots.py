@@ -109,7 +109,9 @@ class CallbacksSlot:
     """The trainer's Lightning-style callbacks, loggers, listeners and their view (owner: ``callbacks``).
 
     ``trained`` is set once ``on_train_end`` has run and ``sanity`` while the sanity check runs
-    (what the view's ``current_epoch`` / ``sanity_checking`` read between hooks).
+    (what the view's ``current_epoch`` / ``sanity_checking`` read between hooks). ``writers`` names
+    the calls running now whose writes to the view are taken when they return (a callback's hook,
+    a ``LightningModule``'s step or hook), innermost last: the view accepts writes only then.
     """
 
     callbacks: tuple[Any, ...] = ()
@@ -118,6 +120,7 @@ class CallbacksSlot:
     view: Any = None
     trained: bool = False
     sanity: bool = False
+    writers: list[str] = attrs.field(factory=list)
 
 
 @attrs.define(slots=True, eq=False)

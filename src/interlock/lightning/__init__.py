@@ -1,9 +1,10 @@
 """Lightning's public import paths, backed by interlock: switch ``lightning.pytorch`` to ``interlock.lightning``.
 
 A thin adapter onto the native API, not a second trainer: ``LightningModule`` is
-:class:`interlock.Module`, ``LightningDataModule`` is :class:`interlock.DataModule`, ``Trainer``
-is :class:`interlock.Trainer` (Lightning's flags) with the attributes Lightning code reads after
-a run, and ``callbacks``, ``loggers``, ``cli``, ``utilities`` and ``demos`` mirror Lightning's
+:class:`interlock.Module` with Lightning's ``self.trainer`` (a read-only view),
+``LightningDataModule`` is :class:`interlock.DataModule`, ``Trainer`` is
+:class:`interlock.Trainer` (Lightning's flags) with the attributes Lightning code reads after a
+run, and ``callbacks``, ``loggers``, ``cli``, ``utilities`` and ``demos`` mirror Lightning's
 modules of those names. ``import pytorch_lightning as pl`` and ``import lightning.pytorch as pl``
 both become ``import interlock.lightning as pl``. The native API stays the documented way
 (docs/porting.md); this is the on-ramp.
@@ -14,9 +15,8 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from interlock.core.datamodule import DataModule as LightningDataModule
-from interlock.core.module import Module as LightningModule
 from interlock.lightning.callback import Callback
+from interlock.lightning.core import LightningDataModule, LightningModule
 from interlock.lightning.trainer import Trainer
 from interlock.lightning.utilities.seed import seed_everything
 

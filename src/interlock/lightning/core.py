@@ -2,7 +2,52 @@
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
+from interlock.connectors.callbacks import TrainerView
 from interlock.core.datamodule import DataModule as LightningDataModule
-from interlock.core.module import Module as LightningModule
+from interlock.core.module import Module
 
 __all__ = ["LightningDataModule", "LightningModule"]
+
+
+class LightningModule(Module):
+    """:class:`interlock.Module` with Lightning's ``self.trainer``: the running stage's read-only trainer view.
+
+    ``self.trainer`` is the view a Lightning ``Callback`` receives as ``trainer`` (the same object):
+    counters, flags, batch counts, the running stage, loaders, loggers, ranks. Its two writes,
+    ``self.trainer.should_stop = True`` and ``self.trainer.save_checkpoint(path)``, become updates
+    taken when the step or hook that made them returns; any other assignment raises naming the
+    interlock way. Before the module's first run it is Lightning's ``RuntimeError`` (not attached);
+    after a run it shows how that run ended, as Lightning's trainer stays attached. The native
+    :class:`interlock.Module` has no ``self.trainer`` (its runs speak through ``self.log`` and listeners).
+    """
+
+    #: the module's steps and hooks run with the trainer view open to their writes
+    shows_trainer_view: ClassVar[bool] = True
+
+    @property
+    def trainer(self) -> TrainerView:
+        shown = self._trainer
+        if shown is None:
+            raise RuntimeError(
+                f"{type(self).__qualname__} is not attached to a `Trainer`: interlock shows self.trainer (a "
+                "read-only view of the run) once a Trainer runs this module (fit, validate, test, predict)"
+            )
+        return shown
+
+    @trainer.setter
+    def trainer(self, value: Any) -> None:
+        raise AttributeError(
+            f"{type(self).__qualname__}.trainer cannot be set: interlock attaches the trainer view itself when a "
+            "Trainer runs the module (pass the module to trainer.fit/validate/test/predict)"
+        )
+
+    @property
+    def _trainer(self) -> TrainerView | None:
+        """The trainer view, ``None`` before the module's first run (Lightning's private attribute)."""
+        view = self.__dict__.get("_interlock_view")
+        if view is None or view.trainer is None:
+            return None
+        shown: TrainerView = view.trainer()
+        return shown

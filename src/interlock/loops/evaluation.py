@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from interlock.connectors.callbacks import module_writes
 from interlock.connectors.data import Feed, feed_key, loader_count
 from interlock.connectors.hardware_slot import HardwareSlot
 from interlock.connectors.metrics import batch_size, logged_values, scalars
@@ -277,7 +278,7 @@ def register(reg: Registry) -> None:
             sums = {k: reduce32.mul(v, n, f64) for k, v in values.items()}
             return [AddEvalSums({**sums, "__count__": float(n)}, f64), *logged]
 
-        return act
+        return module_writes(run, act, f"{type(run.module).__name__}.{name}")
 
     @reg.guard("eval.empty")
     def empty(params: Mapping[str, Any]) -> Guard:

@@ -18,6 +18,7 @@ from typing import Any
 from interlock.connectors import callbacks
 from interlock.connectors.data import loader_count
 from interlock.connectors.hardware_slot import HardwareSlot
+from interlock.connectors.lightning_state import TrainerFn
 from interlock.connectors.metrics import batch_size
 from interlock.connectors.optim import accumulate_factor, accumulation, batch_end_outputs_of
 from interlock.core.errors import ChartEvent
@@ -89,15 +90,28 @@ def _module_call(
     mdict = module.__dict__
     train = loop == "train"  # its step-level values also go to the loggers' step rows
     step = run.step
+    shown = callbacks.view(run) if callbacks.shows_trainer(module) else None
+    writers, who = run.slot(CallbacksSlot).writers, f"{type(module).__name__}.{hook}"
 
     def call(*args: Any, **kwargs: Any) -> list[Update]:
-        out = method(*args, **kwargs)
+        if shown is None:
+            out = method(*args, **kwargs)
+        else:  # what a LightningModule writes to self.trainer in the hook (should_stop, save_checkpoint)
+            writers.append(who)
+            callbacks.ending(shown, hook)
+            try:
+                out = method(*args, **kwargs)
+            finally:
+                writers.pop()
+                callbacks.ending(shown, None)
         skip = hook == "on_train_batch_start" and type(out) is int and out == -1
         updates = [] if skip else as_updates(out, f"{type(module).__name__}.{hook}")
         logs = mdict.get("_interlock_logs")
         if logs:
             sink, tail = step.logged if train else None, suffix() if suffix is not None else ""
             updates.extend(take(logs, hook, loop, lambda: batch_size(step.batch), sink, tail))
+        if shown is not None:
+            updates.extend(shown.take_updates())
         if skip:  # Lightning's -1: the rest of the epoch (and its validation) is skipped; the chart says where to
             raise ChartEvent("skip_epoch", f"{type(module).__name__}.on_train_batch_start returned -1", updates)
         return updates
@@ -141,10 +155,12 @@ def _bind_hook(
             return [u for optimizer in run.optimizers for part in parts for u in part(optimizer)]
 
         return per_optimizer
-    if hook == "teardown":  # by keyword, as Lightning; only for a stage that ended well (none after a failure)
-        return lambda: [] if run.error is not None else [u for part in parts for u in part(stage=run.stage)]
-    if hook == "setup":  # Lightning passes the stage by keyword
-        return lambda: [u for part in parts for u in part(stage=run.stage)]
+    # Lightning passes the stage by keyword; a LightningModule's run passes Lightning's TrainerFn (a str: "fit", ...)
+    stage = TrainerFn(run.stage) if callbacks.shows_trainer(run.module) else run.stage
+    if hook == "teardown":  # only for a stage that ended well (none after a failure)
+        return lambda: [] if run.error is not None else [u for part in parts for u in part(stage=stage)]
+    if hook == "setup":
+        return lambda: [u for part in parts for u in part(stage=stage)]
     if len(parts) == 1:
         only = parts[0]
         return lambda: only(*args())
@@ -247,8 +263,8 @@ def register(reg: Registry) -> None:
     for hook in ("on_sanity_check_start", "on_sanity_check_end"):
 
         def bind_sanity(run: Run, params: Mapping[str, Any], hook: str = hook) -> Action:
-            if not run.callbacks:
-                return NOOP
+            if not run.callbacks and not callbacks.shows_trainer(run.module):
+                return NOOP  # nobody reads the view's sanity_checking
             call = callbacks.caller(run, hook, "eval")
             starting, slot = hook.endswith("start"), run.slot(CallbacksSlot)
 
@@ -307,6 +323,7 @@ def register(reg: Registry) -> None:
                     loggers=run.loggers,
                     precision=precision.flag,
                     trained=lambda: run.stage != "fit" or bool(getattr(run.slots.get(CallbacksSlot), "trained", False)),
+                    trainer=lambda: callbacks.view(run),
                 )  # fmt: skip
                 module.attach(view)
 

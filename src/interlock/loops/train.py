@@ -15,6 +15,7 @@ from typing import Any
 
 from torch import Tensor
 
+from interlock.connectors.callbacks import module_writes
 from interlock.connectors.hardware_slot import HardwareSlot
 from interlock.connectors.metrics import batch_size, loss_of
 from interlock.core.logging import take
@@ -70,7 +71,7 @@ def register(reg: Registry) -> None:
             logs = mdict.get("_interlock_logs")
             return take(logs, "training_step", "train", infer, step.logged) if logs else None
 
-        return act
+        return module_writes(run, act, f"{type(run.module).__name__}.training_step")
 
     @reg.payload_key("batch")
     def batch(run: Run) -> Any:
