@@ -1,6 +1,8 @@
 """Lightning's ``callbacks`` names: ``Callback``, and interlock's listeners taking Lightning's constructor arguments.
 
-``Callback`` is Lightning's base class, run at Lightning's moments (docs/porting.md#callbacks).
+``Callback`` is Lightning's base class, run at Lightning's moments (docs/porting.md#callbacks);
+``BaseFinetuning``, ``BackboneFinetuning``, ``BasePredictionWriter`` and ``LambdaCallback`` are
+Lightning's callbacks of those names, written on it.
 
 ``ModelCheckpoint``, ``EarlyStopping``, ``LearningRateMonitor``, ``Timer``, ``ModelSummary``,
 ``StochasticWeightAveraging``, ``GradientAccumulationScheduler``, ``RichProgressBar``,
@@ -27,6 +29,7 @@ from interlock.connectors.callbacks import CALLBACK_HOOKS
 from interlock.core.state import TrainerState
 from interlock.lightning._refuse import missing, refuse_value
 from interlock.lightning.callback import Callback
+from interlock.lightning.finetuning import BackboneFinetuning, BaseFinetuning
 from interlock.listeners import DeviceStatsMonitor, GradientAccumulationScheduler
 from interlock.listeners import EarlyStopping as _EarlyStopping
 from interlock.listeners import LearningRateMonitor as _LearningRateMonitor
@@ -38,6 +41,8 @@ from interlock.listeners import StochasticWeightAveraging as _StochasticWeightAv
 from interlock.listeners import Timer as _Timer
 
 __all__ = [
+    "BackboneFinetuning",
+    "BaseFinetuning",
     "BasePredictionWriter",
     "Callback",
     "DeviceStatsMonitor",
@@ -380,8 +385,6 @@ __getattr__ = missing(
         "BatchSizeFinder": "choose the batch size yourself; interlock has no batch-size finder",
         "LearningRateFinder": "run the finder before fit: interlock.lightning.tuner.Tuner(trainer).lr_find(model, "
         "train_loader) or interlock.tuner.lr_find(trainer, model, train_loader)",
-        "BackboneFinetuning": f"freeze and unfreeze parameters in module hooks (on_train_epoch_start), or {_NATIVE}",
-        "BaseFinetuning": f"freeze and unfreeze parameters in module hooks (on_train_epoch_start), or {_NATIVE}",
         "RichModelSummary": "use ModelSummary(max_depth) (the same table in plain text)",
         "OnExceptionCheckpoint": "interlock saves last.ckpt on preemption and Ctrl-C by itself (docs/resuming.md)",
         "ModelPruning": "call torch.nn.utils.prune from a module hook",
