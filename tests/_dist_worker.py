@@ -224,7 +224,37 @@ def distributed(out: Path) -> dict[str, Any]:
     full = run(None)
     resumed = run(out / "resume.ckpt")
     result["resume"] = {"full": full, "resumed": resumed}
+    result["writer"] = prediction_writer(out)
     return result
+
+
+def prediction_writer(out: Path) -> dict[str, Any]:
+    """A Lightning prediction writer: each rank's batches, the indices it is given and the batch's own indices."""
+    import interlock.lightning as il
+
+    class Indexed(Net):
+        def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            return batch[2]  # the dataset's indices, as the batch carries them
+
+    class Writer(il.callbacks.BasePredictionWriter):  # type: ignore[misc,name-defined]
+        def __init__(self) -> None:
+            super().__init__("batch_and_epoch")
+            self.batches: list[tuple[list[int], list[int]]] = []
+            self.epoch: Any = None
+
+        def write_on_batch_end(
+            self, trainer: Any, pl_module: Any, prediction: Any, batch_indices: Any, *rest: Any
+        ) -> None:
+            self.batches.append((list(batch_indices), prediction.tolist()))
+
+        def write_on_epoch_end(self, trainer: Any, pl_module: Any, predictions: Any, batch_indices: Any) -> None:
+            self.epoch = ([p.tolist() for p in predictions], [list(b) for b in batch_indices])
+
+    writer = Writer()
+    trainer = make_trainer(out, strategy="ddp", devices=2, listeners=[writer])
+    torch.manual_seed(7)
+    trainer.predict(Indexed(), DataLoader(dataset(), batch_size=RANK_BATCH, shuffle=True), return_predictions=False)
+    return {"batches": writer.batches, "epoch": writer.epoch}
 
 
 def spawn(out: Path) -> dict[str, Any]:

@@ -132,6 +132,24 @@ def test_sampler_shards_each_epoch_and_ranks_agree_on_the_shuffle(ddp_run: Any) 
     assert flat(shards[0]["seen"][:steps]) != flat(shards[0]["seen"][steps:])
 
 
+def test_a_prediction_writer_on_each_rank_gets_the_dataset_indices_of_its_own_batches(ddp_run: Any) -> None:
+    """Under DDP with a shuffled loader, each rank's write_on_batch_end gets the indices of the samples in its batch,
+    write_on_epoch_end all of its batches' indices, and the ranks' shares are disjoint and cover the data."""
+    _, results, _ = ddp_run
+    shares = []
+    for written in (r["writer"] for r in results):
+        assert written["batches"], "the rank predicted nothing"
+        for given, carried in written["batches"]:
+            assert given == carried  # the indices the writer is given are the batch's own
+        predictions, indices = written["epoch"]
+        # Lightning's shapes: the predictions of the one loader, its batches' indices per loader
+        assert indices == [[given for given, _ in written["batches"]]] and predictions == indices[0]
+        shares.append([i for given, _ in written["batches"] for i in given])
+    assert not set(shares[0]) & set(shares[1])
+    assert sorted(shares[0] + shares[1]) == list(range(w.N))
+    assert shares[0] != sorted(shares[0]), "the loader was shuffled"
+
+
 def test_validation_metric_is_the_mean_over_ranks(ddp_run: Any) -> None:
     """Each rank validates its shard; the logged val metric is the mean over ranks, i.e. over the whole set."""
     _, results, _ = ddp_run
