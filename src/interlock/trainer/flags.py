@@ -41,12 +41,10 @@ LIGHTNING_ONLY: Mapping[str, tuple[tuple[Any, ...], str]] = {
     "sync_batchnorm": ((False,), "convert first: module = torch.nn.SyncBatchNorm.convert_sync_batchnorm(module)"),
     "num_nodes": ((1,), "interlock runs on one node; launch with torchrun for several (see docs/distributed.md)"),
     "plugins": ((None,), "use precision=... and strategy=... (interlock's plugins are chosen by name)"),
-    "detect_anomaly": (
-        (False,),
-        "call torch.autograd.set_detect_anomaly(True) before fit, or add the FiniteGuard listener",
-    ),
     "barebones": ((False,), "use enable_checkpointing=False, enable_progress_bar=False, logger=False"),
-    "inference_mode": ((True,), "interlock evaluates under torch.no_grad(); inference_mode=False is not supported"),
+    # interlock evaluates under torch.no_grad(): Lightning's inference_mode=False; True (Lightning's
+    # torch.inference_mode) is accepted too: its results are the same, and its outputs may join autograd later
+    "inference_mode": ((True, False), ""),
     "use_distributed_sampler": (
         (True,),
         "interlock always shards loaders across processes as DistributedSampler does",

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import torch
 
 from interlock.connectors.data import Feed, loader_count, split_loaders
 from interlock.connectors.finished import FinishedFit, keep_ended, keep_finished
@@ -67,6 +68,8 @@ class Session:
     loggers: tuple[Any, ...] = ()
     callbacks: tuple[Any, ...] = ()
     listeners: tuple[Any, ...] = ()
+    #: ``Trainer(detect_anomaly=True)``: a fit runs under torch's autograd anomaly detection (in every process)
+    detect_anomaly: bool = False
     #: the optimizers and LR schedulers the stage's run configured (read after it, as Lightning's trainer offers them)
     optimizers: list[Any] = attrs.field(factory=list)
     schedulers: list[Any] = attrs.field(factory=list)
@@ -118,7 +121,8 @@ class Session:
             },
         )
         try:
-            self.runtime.run(stage, run)
+            with torch.autograd.set_detect_anomaly(self.detect_anomaly and stage == "fit"):
+                self.runtime.run(stage, run)
         finally:  # the chart's teardown releases it; this covers a teardown that failed before it could
             self.optimizers, self.schedulers = list(run.optimizers), list(run.schedulers)
             release_run_dir(run)

@@ -88,6 +88,8 @@ class Trainer:
             reproducible workspace (``CUBLAS_WORKSPACE_CONFIG=:4096:8``); ``"warn"``: the same, warning
             where a kernel has none; ``False``: turn them off; ``None``: leave torch's setting (Lightning's).
         benchmark: ``torch.backends.cudnn.benchmark``; ``None`` leaves it (``False`` when deterministic).
+        detect_anomaly: Run each fit under ``torch.autograd.set_detect_anomaly(True)`` (slow; it names the
+            forward operation whose backward made a NaN), as Lightning's.
         fast_dev_run: Run 1 (or N) batch of each loop to check the code paths.
         chart: A custom statechart file; every action and guard it names must be registered.
         actions: Your chart's actions by name, ``fn(run)`` returning ``None`` or updates (``{"ema.update": fn}``).
@@ -132,6 +134,7 @@ class Trainer:
         seed: int | None = None,
         deterministic: bool | Literal["warn"] | None = None,
         benchmark: bool | None = None,
+        detect_anomaly: bool = False,
         fast_dev_run: bool | int = False,
         chart: str | os.PathLike[str] | None = None,
         actions: Mapping[str, Callable[[Run], Any]] | None = None,
@@ -171,6 +174,9 @@ class Trainer:
         self.hardware = resolve_hardware(accelerator, devices, strategy, precision)
         set_torch_flags(deterministic, benchmark)
         self.seed = seed
+        if not isinstance(detect_anomaly, bool):
+            raise TypeError(f"Trainer(detect_anomaly={detect_anomaly!r}) must be True or False")
+        self.detect_anomaly = detect_anomaly
         self.root = Path(default_root_dir or os.getcwd())
         self.statechart: Chart = load_chart(chart)
         for stage in ("fit", "validate", "test", "predict"):  # each stage's definition is in its state's with:
@@ -288,6 +294,7 @@ class Trainer:
             loggers=self._loggers(),
             callbacks=self.lightning_callbacks,
             listeners=tuple(self.listeners),
+            detect_anomaly=self.detect_anomaly,
         )
 
     def _loggers(self) -> tuple[LoggerListener, ...]:
