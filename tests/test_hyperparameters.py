@@ -94,6 +94,13 @@ def test_each_form_records_lightnings_hparams_and_loads_back(form: str, tmp_path
     loaded = our_cls.load_from_checkpoint(last)
     assert dict(loaded.hparams) == dict(ours.hparams)
     assert loaded.net[0].out_features == 5  # built from the recorded width
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pl.Trainer(default_root_dir=tmp_path / "pl", **flags).fit(theirs, loader(16, 8))
+    keys = [il.LightningModule.CHECKPOINT_HYPER_PARAMS_KEY, il.LightningModule.CHECKPOINT_HYPER_PARAMS_NAME]
+    assert keys == [pl.LightningModule.CHECKPOINT_HYPER_PARAMS_KEY, pl.LightningModule.CHECKPOINT_HYPER_PARAMS_NAME]
+    mine, lightning = (torch.load(next(p.rglob("*.ckpt")), weights_only=False) for p in (last.parent, tmp_path / "pl"))
+    assert [mine.get(k) for k in keys] == [lightning.get(k) for k in keys]  # the argument that held them, or "kwargs"
 
 
 def _data_module(base: type) -> type:
@@ -153,6 +160,7 @@ def test_a_data_modules_hyperparameters_are_saved_logged_and_loaded_as_lightning
             (
                 dict(data.hparams),
                 dict(saved["datamodule_hyper_parameters"]),
+                saved.get("datamodule_hparams_name"),
                 (root / "x" / "version_0" / "hparams.yaml").read_text(),
                 dict(loaded.hparams),
                 loaded.seen,
@@ -163,5 +171,5 @@ def test_a_data_modules_hyperparameters_are_saved_logged_and_loaded_as_lightning
         with pytest.raises(RuntimeError, match=r"\['lr'\]"):
             trainer.fit(Net(), datamodule=clash)
     assert seen[0] == seen[1]
-    assert seen[1][3] == {"batch_size": 4, "n": 24, "lr": 0.1} and seen[1][4] == 7
-    assert "batch_size: 4" in seen[1][2] and "lr: 0.1" in seen[1][2]
+    assert seen[1][4] == {"batch_size": 4, "n": 24, "lr": 0.1} and seen[1][5] == 7 and seen[1][2] == "kwargs"
+    assert "batch_size: 4" in seen[1][3] and "lr: 0.1" in seen[1][3]

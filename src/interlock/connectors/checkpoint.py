@@ -121,10 +121,11 @@ def dump(
         "format": CHECKPOINT_FORMAT,
         "epoch": state.current_epoch,  # Lightning's keys and values (torch.load(path)["epoch"])
         "global_step": state.global_step,
+        # Lightning's names: the __init__ argument that held them, "kwargs" when they were its arguments
         **({"hyper_parameters": dict(hparams)} if hparams else {}),
-        **({"hparams_name": module.__dict__["_hparams_name"]} if module.__dict__.get("_hparams_name") else {}),
+        **({"hparams_name": module.__dict__.get("_hparams_name")} if hparams else {}),
         **({"datamodule_hyper_parameters": dict(dm_hparams)} if dm_hparams else {}),
-        **({"datamodule_hparams_name": dm_held} if dm_hparams and dm_held else {}),
+        **({"datamodule_hparams_name": dm_held} if dm_hparams else {}),
         "state": state_dict,
         **({"history": dict(history)} if history is not None else {}),
         "state_dict": strategy.model_state_dict(module),

@@ -136,6 +136,7 @@ class HyperparametersMixin:
                     f"save_hyperparameters{tuple(unknown)}: no such __init__ argument; it has {sorted(init)}"
                 )
             hp = {k: v for k, v in init.items() if not args or k in args}
+            name = "kwargs"  # Lightning's name for the __init__ arguments themselves
         dropped = {ignore} if isinstance(ignore, str) else set(ignore or ())
         self.hparams.clear()  # each call records anew (Lightning's), less what it ignores
         for key, value in hp.items():

@@ -68,10 +68,13 @@ _LIGHTNING_ONLY = {
     "device_mesh": "interlock has no ModelParallelStrategy device mesh; use Trainer(strategy='fsdp') for sharding",
     "to_tensorrt": "interlock does not export to TensorRT; export with self.to_onnx(...) and build the engine with "
     "TensorRT's own tools",
-    "CHECKPOINT_HYPER_PARAMS_KEY": "interlock checkpoints keep hyper-parameters in state['hparams']; read them "
-    "with Module.load_from_checkpoint(path).hparams",
-    "CHECKPOINT_HYPER_PARAMS_NAME": "interlock checkpoints keep hyper-parameters in state['hparams']",
-    "CHECKPOINT_HYPER_PARAMS_TYPE": "interlock checkpoints keep hyper-parameters in state['hparams']",
+    "CHECKPOINT_HYPER_PARAMS_KEY": "interlock checkpoints keep hyper-parameters under 'hyper_parameters' "
+    "(interlock.lightning.LightningModule has Lightning's constants); read them with "
+    "Module.load_from_checkpoint(path).hparams",
+    "CHECKPOINT_HYPER_PARAMS_NAME": "the argument that held the hyper-parameters is under 'hparams_name' "
+    "(interlock.lightning.LightningModule has Lightning's constants)",
+    "CHECKPOINT_HYPER_PARAMS_TYPE": "interlock records plain hyper-parameters only, with no type "
+    "(interlock.lightning.LightningModule has Lightning's constants)",
     "remove_ignored_hparams": "use save_hyperparameters(ignore=[...]) in __init__",
 }
 

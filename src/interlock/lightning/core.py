@@ -25,6 +25,10 @@ class LightningModule(Module):
 
     #: the module's steps and hooks run with the trainer view open to their writes
     shows_trainer_view: ClassVar[bool] = True
+    #: Lightning's checkpoint keys of the hyper-parameters (interlock's checkpoints use the same)
+    CHECKPOINT_HYPER_PARAMS_KEY: ClassVar[str] = "hyper_parameters"
+    CHECKPOINT_HYPER_PARAMS_NAME: ClassVar[str] = "hparams_name"
+    CHECKPOINT_HYPER_PARAMS_TYPE: ClassVar[str] = "hparams_type"
 
     @property
     def trainer(self) -> TrainerView:
