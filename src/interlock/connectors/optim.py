@@ -35,6 +35,8 @@ class Scheduler:
     frequency: int = 1
     monitor: str | None = None
     strict: bool = True
+    #: what ``LearningRateMonitor`` logs its rate as (``None``: ``lr-<optimizer class>``), Lightning's ``name``
+    name: str | None = None
 
     @property
     def reduce_on_plateau(self) -> bool:
@@ -59,7 +61,10 @@ def _scheduler(spec: Any) -> Scheduler:
         strict = spec.get("strict", True)
         if not isinstance(strict, bool):
             raise ValueError(f"lr_scheduler strict={strict!r}; must be True or False")
-        made = Scheduler(spec["scheduler"], interval, frequency, spec.get("monitor"), strict)
+        name = spec.get("name")
+        if name is not None and not isinstance(name, str):
+            raise ValueError(f"lr_scheduler name={name!r}; must be a str (the name LearningRateMonitor logs)")
+        made = Scheduler(spec["scheduler"], interval, frequency, spec.get("monitor"), strict, name)
     elif not hasattr(spec, "step") or not hasattr(spec, "state_dict"):
         raise TypeError(f"lr_scheduler {spec!r} is not an LR scheduler (it needs step() and state_dict())")
     else:

@@ -2,15 +2,15 @@
 
 Listeners never see optimizers, so this reads the rates from the event payload:
 ``payload["lr"]`` must be a sequence with one ``(optimizer_class_name,
-(lr_of_group_0, lr_of_group_1, ...), scheduler_interval)`` entry per optimizer
-(the interval ``"step"``, ``"epoch"`` or ``""`` without a scheduler; a pair
-without it counts as ``""``), on ``fit.train.epoch_start`` (``logging_interval="epoch"``)
-or ``fit.train.batch.optimizer_step`` (``"step"``; the loggers that write Lightning's rows read it
-on ``fit.train.batch.step``, as Lightning's monitor logs at the batch start); ``None``, the default as in
-Lightning, logs each optimizer at its scheduler's interval, and one without a
-scheduler at both. Those states declare the ``lr`` payload key in the chart (built
-only when a handler reads it); a custom chart whose states do not gets a
-``RuntimeError`` that says so.
+(lr_of_group_0, lr_of_group_1, ...), scheduler_interval, (group names...),
+((position, name, interval) of each of its schedulers...))`` entry per optimizer (the interval
+``"step"``, ``"epoch"`` or ``""`` without a scheduler; the last two may be left out), on
+``fit.train.epoch_start`` (``logging_interval="epoch"``) or ``fit.train.batch.optimizer_step``
+(``"step"``; the loggers that write Lightning's rows read it on ``fit.train.batch.step``, as
+Lightning's monitor logs at the batch start); ``None``, the default as in Lightning, logs each
+optimizer at its scheduler's interval, and one without a scheduler at both. Those states declare
+the ``lr`` payload key in the chart (built only when a handler reads it); a custom chart whose
+states do not gets a ``RuntimeError`` that says so.
 """
 
 from __future__ import annotations
@@ -21,25 +21,68 @@ from typing import Any
 from interlock.core.events import Event, Listener
 from interlock.core.updates import LogMetrics
 
-__all__ = ["LR_PAYLOAD_KEY", "LearningRateMonitor", "lr_metric_names"]
+__all__ = ["LR_PAYLOAD_KEY", "LearningRateMonitor", "lightning_rates", "lr_metric_names"]
 
 LR_PAYLOAD_KEY = "lr"
 _EVENTS = {"epoch": "#epoch_start", "step": "#optimizer_step"}
 
 
-def lr_metric_names(optimizers: Sequence[tuple[Any, ...]]) -> list[str]:
-    """Lightning's names: ``lr-<Class>``, ``-<k>`` for the k-th repeat of a class, ``/pg<i>`` per group (1-based)."""
-    seen: dict[str, int] = {}
-    names: list[str] = []
-    for cls, groups, *_ in optimizers:
-        k = seen.get(cls, 0)
-        seen[cls] = k + 1
-        base = f"lr-{cls}" + (f"-{k}" if k else "")
-        if len(groups) == 1:
-            names.append(base)
-        else:
-            names.extend(f"{base}/pg{i + 1}" for i in range(len(groups)))
-    return names
+def _schedulers(index: int, entry: Sequence[Any]) -> tuple[tuple[int, str | None, str], ...]:
+    """An optimizer's schedulers as ``(position, name, interval)`` (a short entry: one unnamed, by its interval)."""
+    if len(entry) > 4:
+        return tuple(entry[4])
+    interval = entry[2] if len(entry) > 2 else ""
+    return ((index, None, interval),) if interval else ()
+
+
+def lightning_rates(optimizers: Sequence[Sequence[Any]], interval: str) -> dict[str, float]:
+    """Lightning's ``LearningRateMonitor`` names and rates at ``interval`` (``"any"``: every scheduler).
+
+    The schedulers due at ``interval`` and the optimizers without one are logged. A scheduler's rates
+    are named by its ``name`` or ``lr-<optimizer class>`` (``-<k>`` for the k-th repeat
+    of a class among unnamed ones), first in the order ``configure_optimizers`` gave the schedulers; then
+    the optimizers without one, in their order. A param group adds ``/<its name>`` (``/pg<i>``, 1-based,
+    when there are several and it has none). Two groups of one optimizer with one name are an error.
+    """
+    seen: list[int] = []
+    counts: dict[str, int] = {}
+    logged: dict[str, float] = {}
+
+    def names_of(index: int, name: str, counted: bool) -> list[str]:
+        cls, lrs = optimizers[index][0], optimizers[index][1]
+        given = tuple(optimizers[index][3]) if len(optimizers[index]) > 3 else (None,) * len(lrs)
+        seen.append(index)
+        if counted:
+            counts[cls] = counts.get(cls, 0) + 1
+        groups = [g if g is not None else f"pg{i + 1}" for i, g in enumerate(given)]
+        twice = sorted({g for g in groups if groups.count(g) > 1})
+        if twice:
+            raise ValueError(
+                f"LearningRateMonitor: an optimizer ({cls}) has several param groups named {twice}; give each param "
+                "group a different 'name' (Lightning refuses it too)"
+            )
+        if counts.get(cls, 0) > 1:
+            name = f"{name}-{counts[cls] - 1}"
+        if len(lrs) > 1:
+            return [f"{name}/{g}" for g in groups]
+        return [f"{name}/{given[0]}" if given[0] else name]
+
+    configs = sorted(
+        (pos, i, name, iv) for i, entry in enumerate(optimizers) for pos, name, iv in _schedulers(i, entry)
+    )
+    for _, index, name, due in configs:
+        names = names_of(index, name if name is not None else f"lr-{optimizers[index][0]}", name is None)
+        if interval in (due, "any"):
+            logged.update(zip(names, map(float, optimizers[index][1]), strict=True))
+    for index, entry in enumerate(optimizers):
+        if index not in seen:
+            logged.update(zip(names_of(index, f"lr-{entry[0]}", True), map(float, entry[1]), strict=True))
+    return logged
+
+
+def lr_metric_names(optimizers: Sequence[Sequence[Any]]) -> list[str]:
+    """Every name :func:`lightning_rates` gives (Lightning's ``LearningRateMonitor`` keys), in its order."""
+    return list(lightning_rates(optimizers, "any"))
 
 
 class LearningRateMonitor(Listener):
@@ -80,12 +123,4 @@ class LearningRateMonitor(Listener):
                 f"(key {LR_PAYLOAD_KEY!r}: one (optimizer class name, (lr per param group, ...)) per optimizer), "
                 "and this trainer does not provide them; remove LearningRateMonitor from the listeners"
             )
-        names = iter(lr_metric_names(optimizers))
-        logged: dict[str, float] = {}
-        for _, groups, *rest in optimizers:
-            own = rest[0] if rest else ""
-            for lr in groups:
-                name = next(names)
-                if self.logging_interval is not None or own in ("", interval):
-                    logged[name] = float(lr)
-        return logged
+        return lightning_rates(optimizers, interval if self.logging_interval is None else "any")

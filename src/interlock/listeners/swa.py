@@ -141,7 +141,7 @@ class StochasticWeightAveraging(Listener):
                 f"StochasticWeightAveraging works with one optimizer, and configure_optimizers returned "
                 f"{len(optimizers)} (Lightning's limit too)"
             )
-        _, groups, interval = optimizers[0]
+        _, groups, interval, *_ = optimizers[0]
         if interval == "step":
             raise ValueError(
                 "StochasticWeightAveraging sets the learning rate once an epoch (SWALR), and configure_optimizers "

@@ -27,13 +27,31 @@ from interlock.core.slots import DataSlot, DeviceSlot, DistSlot
 __all__ = ["learning_rates", "register"]
 
 
-def learning_rates(run: Run) -> tuple[tuple[str, tuple[float, ...], str], ...]:
-    """``(optimizer class name, learning rate of each param group, its scheduler's interval or "")`` per optimizer."""
-    intervals = {id(getattr(s.scheduler, "optimizer", None)): s.interval for s in reversed(run.schedulers)}
-    return tuple(
-        (type(o).__name__, tuple(float(g["lr"]) for g in o.param_groups), intervals.get(id(o), ""))
-        for o in run.optimizers
-    )
+def learning_rates(run: Run) -> tuple[tuple[Any, ...], ...]:
+    """What ``LearningRateMonitor`` reads, per optimizer (the ``lr`` payload).
+
+    Its class name, each param group's learning rate, its first scheduler's interval (``""``: none),
+    each group's ``name`` (``None``: none), and its schedulers as ``(position, name, interval)``.
+    """
+    first = {id(getattr(s.scheduler, "optimizer", None)): s.interval for s in reversed(run.schedulers)}
+    out = []
+    for o in run.optimizers:
+        scheduled = tuple(
+            (i, s.name, s.interval)
+            for i, s in enumerate(run.schedulers)
+            if getattr(s.scheduler, "optimizer", None) is o
+        )
+        groups = o.param_groups
+        out.append(
+            (
+                type(o).__name__,
+                tuple(float(g["lr"]) for g in groups),
+                first.get(id(o), ""),
+                tuple(g.get("name") for g in groups),
+                scheduled,
+            )
+        )
+    return tuple(out)
 
 
 def register(reg: Registry) -> None:
