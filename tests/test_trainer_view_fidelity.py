@@ -197,3 +197,32 @@ def test_a_callback_reads_the_trainer_lightnings_would_in_validate_test_and_pred
     assert [w for w, _ in runs[1]] == [w for w, _ in runs[0]]
     for (when, ours), (_, lightning) in zip(runs[1], runs[0], strict=True):
         assert ours == lightning, (when, {k: (ours[k], lightning[k]) for k in ours if ours[k] != lightning[k]})
+
+
+def test_trainer_callbacks_are_listed_in_lightnings_order(tmp_path: Path) -> None:
+    """trainer.callbacks, on the trainer and in a hook's view: what was passed in its order, then the progress bar
+    and the model summary (and interlock's trace), the checkpoint callbacks last, as Lightning lists them."""
+    import interlock.lightning as il
+
+    _, Ours = twins(Body)
+
+    def kinds(callbacks: list[Any]) -> list[str]:
+        plain = {"RichProgressBar": "bar", "TQDMProgressBar": "bar", "ProgressBar": "bar"}
+        plain |= {"RichModelSummary": "summary", "ModelSummary": "summary"}
+        return [plain.get(type(c).__name__, type(c).__name__) for c in callbacks if type(c).__name__ != "EventTrace"]
+
+    rows = []
+    for lib in (pl, il):
+        first, second = type("First", (lib.Callback,), {})(), type("Second", (lib.Callback,), {})()
+        seen: list[list[str]] = []
+        first.on_fit_start = lambda trainer, module, seen=seen: seen.append(kinds(trainer.callbacks))  # type: ignore[method-assign]
+        stop = lib.callbacks.EarlyStopping("v")
+        given = [second, lib.callbacks.ModelCheckpoint(dirpath=tmp_path / lib.__name__), first, stop]
+        trainer = lib.Trainer(default_root_dir=tmp_path, callbacks=given, max_epochs=1, logger=False)
+        rows.append(kinds(trainer.callbacks))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            trainer.fit(Ours() if lib is il else twins(Body)[0](), loader(16, 8), loader(8, 8))
+        rows.append(seen[0])
+    assert rows[2] == rows[3] == rows[0] == rows[1]
+    assert rows[2] == ["Second", "First", "EarlyStopping", "bar", "summary", "ModelCheckpoint"]

@@ -39,6 +39,7 @@ __all__ = [
     "check_callback",
     "ending",
     "is_callback",
+    "lightning_order",
     "load_callbacks",
     "module_writes",
     "order_callbacks",
@@ -555,8 +556,9 @@ class TrainerView(NodeLayout):
 
     @property
     def callbacks(self) -> list[Any]:
-        """The trainer's listeners, then its Lightning callbacks."""
-        return [*self._run.listeners, *self._run.callbacks]
+        """The trainer's listeners and Lightning callbacks, in Lightning's order (:func:`lightning_order`)."""
+        slot = self._run.slot(CallbacksSlot)
+        return lightning_order([*self._run.listeners, *self._run.callbacks], slot.given)
 
     def _of_kind(self, *names: str) -> list[Any]:
         return [c for c in self.callbacks if any(k.__name__ in names for k in type(c).__mro__)]
@@ -662,6 +664,23 @@ def caller(
         return updates
 
     return call
+
+
+def _is_checkpoint(x: Any) -> bool:
+    return any(k.__name__ in ("ModelCheckpoint", "Checkpoint") for k in type(x).__mro__)
+
+
+def lightning_order(everything: Sequence[Any], given: Sequence[Any]) -> list[Any]:
+    """``everything`` (listeners and callbacks) as Lightning lists ``trainer.callbacks``.
+
+    What was passed, in its order; then the others (interlock's defaults: progress bar, model summary,
+    ..., then what ``configure_callbacks`` added); checkpoint callbacks last, as Lightning moves them.
+    """
+    present = {id(x) for x in everything}
+    passed = [x for x in given if id(x) in present]
+    taken = {id(x) for x in passed}
+    ordered = passed + [x for x in everything if id(x) not in taken]
+    return [x for x in ordered if not _is_checkpoint(x)] + [x for x in ordered if _is_checkpoint(x)]
 
 
 def shows_trainer(module: Any) -> bool:

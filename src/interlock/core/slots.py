@@ -118,6 +118,7 @@ class CallbacksSlot:
     loggers: tuple[Any, ...] = ()
     listeners: tuple[Any, ...] = ()
     view: Any = None
+    given: tuple[Any, ...] = ()  # the listeners and callbacks as passed to the Trainer, in that order
     trained: bool = False
     sanity: bool = False
     writers: list[str] = attrs.field(factory=list)

@@ -68,6 +68,8 @@ class Session:
     loggers: tuple[Any, ...] = ()
     callbacks: tuple[Any, ...] = ()
     listeners: tuple[Any, ...] = ()
+    #: the listeners and callbacks as passed to the Trainer, in that order
+    given: tuple[Any, ...] = ()
     #: ``Trainer(detect_anomaly=True)``: a fit runs under torch's autograd anomaly detection (in every process)
     detect_anomaly: bool = False
     #: the optimizers and LR schedulers the stage's run configured (read after it, as Lightning's trainer offers them)
@@ -115,7 +117,7 @@ class Session:
                 CheckpointSlot: CheckpointSlot(
                     io=self.checkpoint_io, restore_checks=self.restore_checks, bus=self.runtime.bus
                 ),
-                CallbacksSlot: CallbacksSlot(self.callbacks, self.loggers, self.listeners),
+                CallbacksSlot: CallbacksSlot(self.callbacks, self.loggers, self.listeners, given=self.given),
                 EvalSlot: EvalSlot(),
                 RngSlot: RngSlot(),
             },

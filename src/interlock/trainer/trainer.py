@@ -164,6 +164,11 @@ class Trainer:
             log_every_n_steps=log_every_n_steps,
         )
         deterministic = check_deterministic(deterministic)
+        passed = listeners if listeners is not None else callbacks
+        #: what was passed as listeners/callbacks, in its order (Lightning lists trainer.callbacks in it)
+        self.given: tuple[Any, ...] = (
+            () if passed is None else tuple(passed) if isinstance(passed, Sequence) else (passed,)
+        )
         listeners, own = split_callbacks("listeners", listeners)
         callbacks, given = split_callbacks("callbacks", callbacks)
         #: the Lightning-style callbacks, called by the chart's hook actions (Lightning's order)
@@ -294,6 +299,7 @@ class Trainer:
             loggers=self._loggers(),
             callbacks=self.lightning_callbacks,
             listeners=tuple(self.listeners),
+            given=self.given,
             detect_anomaly=self.detect_anomaly,
         )
 

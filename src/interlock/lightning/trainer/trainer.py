@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import torch
 
-from interlock.connectors.callbacks import TrainerView, is_callback, view
+from interlock.connectors.callbacks import TrainerView, is_callback, lightning_order, view
 from interlock.connectors.lightning_state import LightningState, RunningStage, TrainerStatus, lightning_state
 from interlock.core.config import LIGHTNING_FIELDS, NodeLayout, filled_min_epochs, lightning_flag
 from interlock.core.datamodule import is_datamodule
@@ -413,8 +413,8 @@ class Trainer(NodeLayout, NativeTrainer):
 
     @property
     def callbacks(self) -> list[Any]:
-        """The listeners, then the Lightning-style callbacks (``interlock.lightning.Callback``)."""
-        return [*self.listeners, *self.lightning_callbacks]
+        """The listeners and Lightning-style callbacks in Lightning's order: those passed, interlock's, checkpoints."""
+        return lightning_order([*self.listeners, *self.lightning_callbacks], self.given)
 
     @property
     def checkpoint_callbacks(self) -> list[Any]:
