@@ -226,3 +226,38 @@ def test_trainer_callbacks_are_listed_in_lightnings_order(tmp_path: Path) -> Non
         rows.append(seen[0])
     assert rows[2] == rows[3] == rows[0] == rows[1]
     assert rows[2] == ["Second", "First", "EarlyStopping", "bar", "summary", "ModelCheckpoint"]
+
+
+class LogsOnStep(Body):
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        loss = torch.nn.functional.cross_entropy(self.net(batch[0]), batch[1])  # type: ignore[attr-defined]
+        self.log("v", loss, on_step=True, prog_bar=True)  # type: ignore[attr-defined]
+
+
+def test_what_the_sanity_check_logged_is_gone_when_training_starts(tmp_path: Path) -> None:
+    """Values the sanity check logged on step (and shown on the bar) are not in the metrics, logged metrics or bar
+    metrics once training starts, as Lightning resets them; the validation's later values are."""
+    import interlock.lightning as il
+
+    rows = []
+    for lib, cls in ((pl, twins(LogsOnStep)[0]), (il, twins(LogsOnStep)[1])):
+        seen: list[tuple[str, list[list[str]]]] = []
+
+        def read(when: str, trainer: Any, seen: list[Any] = seen) -> None:
+            metrics = (trainer.callback_metrics, trainer.logged_metrics, trainer.progress_bar_metrics)
+            seen.append((when, [sorted(m) for m in metrics]))
+
+        hooks = {
+            "on_train_start": lambda self, t, m: read("train start", t),
+            "on_train_batch_start": lambda self, t, m, b, i: read(f"batch {i}", t),
+            "on_train_epoch_end": lambda self, t, m: read("epoch end", t),
+        }
+        reader = type("Reader", (lib.Callback,), hooks)()
+        flags = {"max_epochs": 1, "limit_train_batches": 2, "num_sanity_val_steps": 1, "enable_model_summary": False}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            trainer = lib.Trainer(default_root_dir=tmp_path, callbacks=[reader], logger=False, **flags)
+            trainer.fit(cls(), loader(16, 8), loader(8, 8))
+        rows.append(seen)
+    assert rows[1] == rows[0]
+    assert rows[1][0] == ("train start", [[], [], []]) and "v_epoch" in rows[1][-1][1][1]

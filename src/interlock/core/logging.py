@@ -15,12 +15,12 @@ import attrs
 import torch
 
 from interlock.core import reduce32
-from interlock.core.state import TrainerState
+from interlock.core.state import TrainerState, freeze
 from interlock.core.updates import Change, LogMetrics, Update
 
 __all__ = [
-    "DEFAULTS", "AddLogged", "EpochLogged", "LogEntry", "check_reduce", "epoch_values", "is_metric",
-    "is_metric_collection", "scalars", "take",
+    "DEFAULTS", "AddLogged", "EpochLogged", "LogEntry", "RestoreMetrics", "check_reduce", "epoch_values",
+    "is_metric", "is_metric_collection", "scalars", "take",
 ]  # fmt: skip
 
 _REDUCE = {"mean": "mean", "avg": "mean", "sum": "sum", "max": "max", "min": "min"}
@@ -102,6 +102,29 @@ def check_log_options(
                 f"self.log({name!r}, metric_attribute={attribute!r}) names the module attribute holding the logged "
                 f"torchmetrics Metric; the module's metrics are {found}"
             )
+
+
+@attrs.frozen
+class RestoreMetrics(Change):
+    """Put back the metrics and where each goes as they were (what the sanity check logged is dropped, Lightning's)."""
+
+    metrics: Mapping[str, float] = attrs.field(converter=freeze)
+    prog_bar: Mapping[str, bool] = attrs.field(converter=freeze)
+    to_loggers: Mapping[str, bool] = attrs.field(converter=freeze)
+    to_callbacks: Mapping[str, bool] = attrs.field(converter=freeze)
+
+    @classmethod
+    def of(cls, state: TrainerState) -> RestoreMetrics:
+        """The update that restores ``state``'s metrics."""
+        return cls(state.metrics, state.prog_bar, state.to_loggers, state.to_callbacks)
+
+    def changes(self, state: TrainerState) -> dict[str, Any]:
+        return {
+            "metrics": self.metrics,
+            "prog_bar": self.prog_bar,
+            "to_loggers": self.to_loggers,
+            "to_callbacks": self.to_callbacks,
+        }
 
 
 @attrs.frozen

@@ -126,9 +126,13 @@ class CallbacksSlot:
 
 @attrs.define(slots=True, eq=False)
 class EvalSlot:
-    """Whether the module was in training mode before each evaluation loop put it in eval mode (owner: ``eval``)."""
+    """Whether the module was in training mode before each evaluation loop put it in eval mode (owner: ``eval``).
+
+    ``before_sanity``: the metrics as the sanity check found them, put back when it ends.
+    """
 
     was_training: dict[str, bool] = attrs.field(factory=dict)
+    before_sanity: Any = None
 
 
 @attrs.define(slots=True, eq=False)

@@ -32,7 +32,7 @@ from interlock.connectors.hardware_slot import HardwareSlot
 from interlock.connectors.metrics import batch_size, logged_values, scalars
 from interlock.core import reduce32
 from interlock.core.config import TrainerConfig
-from interlock.core.logging import AddLogged, take
+from interlock.core.logging import AddLogged, RestoreMetrics, take
 from interlock.core.module import takes_batch_idx
 from interlock.core.registry import Action, Guard, Registry
 from interlock.core.run import Run
@@ -139,9 +139,12 @@ def register(reg: Registry) -> None:
         """Switch the module to eval mode (its ``on_<loop>_model_eval`` if it has one) and open the loop's data."""
         key, _ = _params(params, "eval.open")
         to_eval = _own_hook(run.module, f"on_{_LOOPS.get(key, key)}_model_eval") or run.module.eval
-        was_training = run.slot(EvalSlot).was_training
+        slot = run.slot(EvalSlot)
+        was_training, sanity = slot.was_training, params.get("limit") == "sanity"
 
         def act() -> Update:
+            if sanity:  # what the sanity check logs is dropped when it ends (Lightning resets the metrics)
+                slot.before_sanity = RestoreMetrics.of(run.facts)
             was_training[key] = run.module.training
             to_eval()  # the module's on_validation_model_eval / on_test_model_eval / ... when it has one
             return _open(run, params, _current(run, key), run.counters.eval_batch_idx)
@@ -176,9 +179,10 @@ def register(reg: Registry) -> None:
         """Put the module back in the mode it had before the loop; drop the loop's iterator."""
         key, _ = _params(params, "eval.close")
         to_train = _own_hook(run.module, f"on_{_LOOPS.get(key, key)}_model_train")
-        was_training = run.slot(EvalSlot).was_training
+        slot = run.slot(EvalSlot)
+        was_training = slot.was_training
 
-        def act() -> None:
+        def act() -> Update | None:
             for i in range(loader_count(run.feeds, key)):
                 run.feeds[feed_key(key, i)].it = None
             was = was_training.pop(key, None)
@@ -186,6 +190,8 @@ def register(reg: Registry) -> None:
                 to_train()
             elif was is not None:
                 run.module.train(was)
+            restore, slot.before_sanity = slot.before_sanity, None
+            return restore  # type: ignore[no-any-return]
 
         return act
 
