@@ -320,3 +320,52 @@ def test_save_weights_only_writes_no_training_state_and_cannot_resume(tmp_path: 
     again = interlock.Trainer(**only(), max_epochs=2, default_root_dir=tmp_path, accelerator="cpu")
     with pytest.raises(Exception, match="save_weights_only=True"):
         again.fit(Ours(), loader(64, 16), ckpt_path=last)
+
+
+class _Logs:
+    def _build(self) -> None:
+        torch.manual_seed(0)
+        self.net = torch.nn.Linear(4, 2)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        loss = torch.nn.functional.cross_entropy(self.net(batch[0]), batch[1])
+        self.log("loss", loss)  # type: ignore[attr-defined]
+        self.log_dict({"other": 1.0})  # type: ignore[attr-defined]
+        return loss
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.log("v", 1.0)  # type: ignore[attr-defined]
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.net.parameters(), lr=0.1)
+
+
+def test_barebones_turns_off_what_lightnings_does_and_self_log_with_its_warning(tmp_path: Path) -> None:
+    """Trainer(barebones=True): the same weights, no checkpoint, logger, bar or summary, no sanity check, self.log
+    ignored with Lightning's warning (no metrics); asking for one of those features is Lightning's ValueError."""
+    import warnings
+
+    import interlock.lightning as il
+    from _twins import twins
+
+    runs = []
+    for lib, cls in ((pl, twins(_Logs)[0]), (il, twins(_Logs)[1])):
+        module = cls()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            trainer = lib.Trainer(max_epochs=2, barebones=True, default_root_dir=tmp_path / lib.__name__)
+            trainer.fit(module, loader(32, 8), loader(16, 8))
+        said = sorted({str(w.message) for w in caught if "barebones" in str(w.message)})
+        made = sorted(p.suffix for p in (tmp_path / lib.__name__).rglob("*") if p.suffix in (".ckpt", ".csv"))
+        runs.append(
+            ([p.tolist() for p in module.parameters()], dict(trainer.callback_metrics), trainer.callbacks, said)
+        )
+        assert trainer.barebones and made == []
+    assert runs[1] == runs[0] and len(runs[1][3]) == 1
+    for flag, value in [("enable_checkpointing", True), ("logger", True), ("num_sanity_val_steps", 2),
+                        ("fast_dev_run", 1), ("log_every_n_steps", 5), ("detect_anomaly", True)]:  # fmt: skip
+        with pytest.raises(ValueError) as theirs:
+            pl.Trainer(barebones=True, **{flag: value})
+        with pytest.raises(ValueError) as ours:
+            il.Trainer(barebones=True, **{flag: value})
+        assert str(ours.value) == str(theirs.value)

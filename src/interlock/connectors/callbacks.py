@@ -696,6 +696,7 @@ def module_writes(run: Run, act: Callable[[], Any], who: str) -> Callable[[], An
     if not shows_trainer(run.module):
         return act
     shown, writers = view(run), run.slot(CallbacksSlot).writers
+    pending = shown._pending  # emptied in place by take_updates: read here, no call on the per-batch path
 
     def with_writes() -> Any:
         writers.append(who)
@@ -703,10 +704,9 @@ def module_writes(run: Run, act: Callable[[], Any], who: str) -> Callable[[], An
             out = act()
         finally:
             writers.pop()
-        taken = shown.take_updates()
-        if not taken:
+        if not pending:
             return out
-        return [*([] if out is None else out if isinstance(out, list) else [out]), *taken]
+        return [*([] if out is None else out if isinstance(out, list) else [out]), *shown.take_updates()]
 
     return with_writes
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, ClassVar
 
 from interlock.connectors.callbacks import TrainerView
@@ -29,6 +30,18 @@ class LightningModule(Module):
     CHECKPOINT_HYPER_PARAMS_KEY: ClassVar[str] = "hyper_parameters"
     CHECKPOINT_HYPER_PARAMS_NAME: ClassVar[str] = "hparams_name"
     CHECKPOINT_HYPER_PARAMS_TYPE: ClassVar[str] = "hparams_type"
+
+    def log(self, name: str, value: Any, *args: Any, **kwargs: Any) -> None:
+        """Lightning's ``self.log``; under ``Trainer(barebones=True)`` nothing is logged, with Lightning's warning."""
+        if self.__dict__.get("_interlock_barebones"):
+            warnings.warn(
+                "You are trying to `self.log()` but `Trainer(barebones=True)` is configured. Logging can impact raw "
+                "speed so it is disabled under this setting.",
+                UserWarning,
+                stacklevel=2,
+            )
+            return
+        super().log(name, value, *args, **kwargs)
 
     @property
     def trainer(self) -> TrainerView:

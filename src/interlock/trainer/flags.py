@@ -41,7 +41,11 @@ LIGHTNING_ONLY: Mapping[str, tuple[tuple[Any, ...], str]] = {
     "sync_batchnorm": ((False,), "convert first: module = torch.nn.SyncBatchNorm.convert_sync_batchnorm(module)"),
     "num_nodes": ((1,), "interlock runs on one node; launch with torchrun for several (see docs/distributed.md)"),
     "plugins": ((None,), "use precision=... and strategy=... (interlock's plugins are chosen by name)"),
-    "barebones": ((False,), "use enable_checkpointing=False, enable_progress_bar=False, logger=False"),
+    "barebones": (
+        (False,),
+        "use enable_checkpointing=False, enable_progress_bar=False, logger=False, enable_model_summary=False, "
+        "enable_trace=False (interlock.lightning.Trainer takes barebones=True, as Lightning's)",
+    ),
     # interlock evaluates under torch.no_grad(): Lightning's inference_mode=False; True (Lightning's
     # torch.inference_mode) is accepted too: its results are the same, and its outputs may join autograd later
     "inference_mode": ((True, False), ""),

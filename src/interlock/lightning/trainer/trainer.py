@@ -105,6 +105,18 @@ class Trainer(NodeLayout, NativeTrainer):
                 f"Trainer(model_registry={model_registry!r}) is Lightning's model registry upload, which interlock "
                 "does not have: upload the checkpoint files yourself"
             )
+        #: Lightning's barebones mode: no checkpoints, logger, progress bar, summary, sanity check; self.log off
+        self.barebones = bool(barebones)
+        if barebones:
+            _refuse_in_barebones(
+                enable_checkpointing=enable_checkpointing, logger=logger, enable_progress_bar=enable_progress_bar,
+                log_every_n_steps=log_every_n_steps, enable_model_summary=enable_model_summary,
+                num_sanity_val_steps=num_sanity_val_steps, fast_dev_run=fast_dev_run, detect_anomaly=detect_anomaly,
+                profiler=profiler,
+            )  # fmt: skip
+            enable_checkpointing = enable_progress_bar = enable_model_summary = logger = False
+            log_every_n_steps = num_sanity_val_steps = 0
+            interlock_flags.setdefault("enable_trace", False)  # interlock's own default listener, off as the others
         one = isinstance(callbacks, Listener) or is_callback(callbacks)
         given = [] if callbacks is None else [callbacks] if one else list(callbacks)
         if max_time is not None:
@@ -118,7 +130,6 @@ class Trainer(NodeLayout, NativeTrainer):
             "use_distributed_sampler": use_distributed_sampler,
             "profiler": profiler,
             "detect_anomaly": detect_anomaly,
-            "barebones": barebones,
             "plugins": plugins,
             "sync_batchnorm": sync_batchnorm,
             "reload_dataloaders_every_n_epochs": reload_dataloaders_every_n_epochs,
@@ -247,6 +258,7 @@ class Trainer(NodeLayout, NativeTrainer):
 
     def _launch(self, module: Module, call: Any, fit: bool = False, datamodule: Any = None) -> Any:
         self._bind(module)
+        module.__dict__["_interlock_barebones"] = self.barebones  # its self.log is off in barebones mode
 
         def keeping(session: Any) -> Any:  # what the stage configured, for trainer.optimizers after it
             try:
@@ -538,6 +550,39 @@ _LIGHTNING_ONLY = {
     "in torch.profiler.profile(...)",
     "ckpt_path": "keep the path you passed to fit/validate/test/predict (interlock logs the file it resumed from)",
 }
+
+
+#: What Lightning's barebones mode turns off, and why it says so when one is asked for
+_BAREBONES_OFF = {
+    "enable_checkpointing": "Checkpointing",
+    "logger": "Logging",
+    "enable_progress_bar": "The progress bar",
+    "log_every_n_steps": "Logging",
+    "enable_model_summary": "Model summary",
+    "num_sanity_val_steps": "Sanity checking",
+    "fast_dev_run": "Development run",
+    "detect_anomaly": "Anomaly detection",
+    "profiler": "Profiling",
+}
+
+
+def _refuse_in_barebones(**given: Any) -> None:
+    """Lightning's ``ValueError`` for a feature asked for with ``barebones=True`` (which turns them all off)."""
+    for name, value in given.items():
+        if name in ("logger", "profiler"):
+            on = value is not None and value is not False
+        elif name in ("log_every_n_steps", "num_sanity_val_steps"):
+            on = value is not None and value != 0
+        elif name == "fast_dev_run":
+            on = value is not False and value != 0
+        else:
+            on = bool(value)
+        if on:
+            why = "is not meant for raw speed evaluation" if name == "fast_dev_run" else "can impact raw speed"
+            raise ValueError(
+                f"`Trainer(barebones=True, {name}={value!r})` was passed. {_BAREBONES_OFF[name]} {why} so it is "
+                "disabled in barebones mode."
+            )
 
 
 class CheckpointView:
