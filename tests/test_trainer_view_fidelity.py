@@ -261,3 +261,50 @@ def test_what_the_sanity_check_logged_is_gone_when_training_starts(tmp_path: Pat
         rows.append(seen)
     assert rows[1] == rows[0]
     assert rows[1][0] == ("train start", [[], [], []]) and "v_epoch" in rows[1][-1][1][1]
+
+
+class TwoMetrics(Body):
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        logits = self.net(batch[0])  # type: ignore[attr-defined]
+        self.log("val_loss", torch.nn.functional.cross_entropy(logits, batch[1]))  # type: ignore[attr-defined]
+        self.log("val_acc", (logits.argmax(1) == batch[1]).float().mean())  # type: ignore[attr-defined]
+
+
+def _two_checkpoints(lib: Any, root: Path) -> list[Any]:
+    return [
+        lib.callbacks.ModelCheckpoint(dirpath=root / "loss", monitor="val_loss", save_top_k=2),
+        lib.callbacks.ModelCheckpoint(dirpath=root / "acc", monitor="val_acc", mode="max", filename="best-{epoch}"),
+        lib.callbacks.ModelCheckpoint(dirpath=root / "steps", every_n_train_steps=3, save_top_k=-1),
+        lib.callbacks.EarlyStopping("val_loss", patience=2),
+        lib.callbacks.EarlyStopping("val_acc", mode="max", patience=3),
+    ]
+
+
+def test_several_checkpoint_and_early_stopping_callbacks_keep_their_own_state_as_lightnings(tmp_path: Path) -> None:
+    """Three ModelCheckpoints and two EarlyStoppings of different settings each keep their own files, best path and
+    wait count as Lightning's (under Lightning's state keys), through a resume; two with the same settings are
+    Lightning's error."""
+    import interlock.lightning as il
+
+    flags = {"logger": False, "enable_progress_bar": False, "enable_model_summary": False, "limit_train_batches": 3}
+    seen = []
+    for lib, cls in ((pl, twins(TwoMetrics)[0]), (il, twins(TwoMetrics)[1])):
+        root = tmp_path / lib.__name__
+        callbacks = _two_checkpoints(lib, root)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            trainer = lib.Trainer(max_epochs=3, default_root_dir=root, callbacks=callbacks, **flags)
+            trainer.fit(cls(), loader(32, 8), loader(16, 8))
+            again = _two_checkpoints(lib, root / "again")
+            resumed = lib.Trainer(max_epochs=5, default_root_dir=root, callbacks=again, **flags)
+            # from the last epoch's end (a resume mid-epoch differs by design: Lightning restarts the epoch)
+            assert Path(callbacks[0].best_model_path).name == "epoch=2-step=9.ckpt"
+            resumed.fit(cls(), loader(32, 8), loader(16, 8), ckpt_path=callbacks[0].best_model_path)
+        files = sorted(str(p.relative_to(root)) for p in root.rglob("*.ckpt") if "again" not in p.parts)
+        best = [Path(c.best_model_path).name for c in (*callbacks[:3], *again[:3])]
+        waits = [c.wait_count for c in (*callbacks[3:], *again[3:])]
+        seen.append((files, best, waits, [c.state_key for c in callbacks]))
+    assert seen[1][:3] == seen[0][:3]
+    assert seen[1][3] == [c.lightning_state_key for c in _two_checkpoints(il, tmp_path)]
+    with pytest.raises(RuntimeError, match="more than one stateful callback of type `ModelCheckpoint`"):
+        il.Trainer(callbacks=[il.callbacks.ModelCheckpoint(monitor="v"), il.callbacks.ModelCheckpoint(monitor="v")])

@@ -81,6 +81,36 @@ class _Bound:
         return {**self.__dict__, "_state_source": None}
 
 
+def _state_key(name: str, **kwargs: Any) -> str:
+    """Lightning's ``Callback.state_key`` of a callback made with ``kwargs`` (the class name and their repr)."""
+    return f"{name}{kwargs!r}"
+
+
+def distinct_keys(listeners: list[Any]) -> None:
+    """Give Lightning's state key to each of several ``ModelCheckpoint`` / ``EarlyStopping`` of one kind.
+
+    One of a kind keeps its class name as its key (what its checkpoints store its state under); several,
+    as Lightning allows, each take their Lightning ``state_key`` (monitor, mode, triggers). Two with the
+    same settings are Lightning's error.
+    """
+    kinds: dict[str, list[Any]] = {}
+    for x in listeners:
+        if hasattr(x, "lightning_state_key") and getattr(x, "_key", None) is None:
+            kinds.setdefault(x.key, []).append(x)
+    for kind, same in kinds.items():
+        if len(same) < 2:
+            continue
+        keys = [x.lightning_state_key for x in same]
+        if len(set(keys)) < len(keys):
+            raise RuntimeError(
+                f"Found more than one stateful callback of type `{kind}`. In the current configuration, this "
+                f"callback does not support being saved alongside other instances of the same type (Lightning's "
+                f"error): give them different monitor/mode{'/triggers' if 'Checkpoint' in kind else ''}"
+            )
+        for x, key in zip(same, keys, strict=True):
+            x.key = key
+
+
 class ModelCheckpoint(_Bound, _ModelCheckpoint):
     """Lightning's ``ModelCheckpoint(dirpath, filename, monitor, ...)``; ``best_model_path`` etc. are attributes."""
 
@@ -112,6 +142,11 @@ class ModelCheckpoint(_Bound, _ModelCheckpoint):
             (False,),
             "interlock saves last.ckpt on preemption and Ctrl-C by itself (docs/resuming.md)",
         )
+        no_trigger = every_n_train_steps is None and every_n_epochs is None and train_time_interval is None
+        self.lightning_state_key = _state_key(
+            type(self).__qualname__, monitor=monitor, mode=mode, every_n_train_steps=every_n_train_steps or 0,
+            every_n_epochs=1 if no_trigger else every_n_epochs or 0, train_time_interval=train_time_interval,
+        )  # fmt: skip
         super().__init__(
             dirpath=dirpath,
             filename=filename,
@@ -128,6 +163,11 @@ class ModelCheckpoint(_Bound, _ModelCheckpoint):
             enable_version_counter=enable_version_counter,
             save_weights_only=save_weights_only,
         )
+
+    @property
+    def state_key(self) -> str:
+        """Lightning's ``state_key``: the class and the settings that tell two instances apart."""
+        return self.lightning_state_key
 
     @property
     def best_model_path(self) -> str:  # type: ignore[override]
@@ -188,6 +228,7 @@ class EarlyStopping(_Bound, _EarlyStopping):
     ) -> None:
         if not isinstance(log_rank_zero_only, bool):
             raise ValueError(f"EarlyStopping(log_rank_zero_only={log_rank_zero_only!r}) must be True or False")
+        self.lightning_state_key = _state_key(type(self).__qualname__, monitor=monitor, mode=mode)
         super().__init__(
             monitor=monitor,
             min_delta=min_delta,
@@ -201,6 +242,11 @@ class EarlyStopping(_Bound, _EarlyStopping):
             check_on_train_epoch_end=check_on_train_epoch_end,
         )
         self.log_rank_zero_only = log_rank_zero_only  # interlock's messages come from rank 0 only either way
+
+    @property
+    def state_key(self) -> str:
+        """Lightning's ``state_key``: the class and the settings that tell two instances apart."""
+        return self.lightning_state_key
 
     @property
     def wait_count(self) -> int:

@@ -119,6 +119,9 @@ class Trainer(NodeLayout, NativeTrainer):
             interlock_flags.setdefault("enable_trace", False)  # interlock's own default listener, off as the others
         one = isinstance(callbacks, Listener) or is_callback(callbacks)
         given = [] if callbacks is None else [callbacks] if one else list(callbacks)
+        from interlock.lightning.callbacks import distinct_keys
+
+        distinct_keys(given)  # several checkpoint / early-stopping callbacks: Lightning's state keys
         if max_time is not None:
             from interlock.lightning.callbacks import Timer
 
