@@ -95,3 +95,14 @@ def test_lightnings_inference_mode_flag_is_accepted_with_the_same_results(infere
     module = Ours()
     assert trainer.test(module, loader(16, 8), verbose=False) == [{}]
     assert module.modes == [("test", False), ("test", False)]
+
+
+def test_anomaly_mode_turned_on_by_the_user_stays_on_without_the_flag(tmp_path: Path) -> None:
+    """detect_anomaly=False leaves torch's own setting: a fit under the user's set_detect_anomaly(True) keeps it."""
+    _, Ours = twins(Watches)
+    module = Ours()
+    with torch.autograd.set_detect_anomaly(True):
+        interlock.Trainer(max_epochs=1, limit_train_batches=1, default_root_dir=tmp_path, **QUIET).fit(
+            module, loader(16, 8)
+        )
+    assert module.modes == [("train", True)]

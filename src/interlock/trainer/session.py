@@ -7,6 +7,7 @@ stage; everything else is the chart's actions.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -123,7 +124,9 @@ class Session:
             },
         )
         try:
-            with torch.autograd.set_detect_anomaly(self.detect_anomaly and stage == "fit"):
+            # only turned on: detect_anomaly=False leaves torch's own setting (Lightning turns it off in its fit loop)
+            anomaly = self.detect_anomaly and stage == "fit"
+            with torch.autograd.set_detect_anomaly(True) if anomaly else contextlib.nullcontext():
                 self.runtime.run(stage, run)
         finally:  # the chart's teardown releases it; this covers a teardown that failed before it could
             self.optimizers, self.schedulers = list(run.optimizers), list(run.schedulers)
