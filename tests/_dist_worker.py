@@ -204,6 +204,27 @@ def distributed(out: Path) -> dict[str, Any]:
     trainer.fit(Net(), DataLoader(dataset(), batch_size=RANK_BATCH))
     result["stop"] = {"global_step": trainer.state.global_step, "status": trainer.state.status}
 
+    # the same stop asked by a LightningModule through its trainer view, on rank 1 only
+    import interlock.lightning as il
+
+    class Asks(il.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = Net()
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            if r == 1 and self.trainer.global_step == 3:
+                self.trainer.should_stop = True
+            return self.inner.training_step(batch, batch_idx)
+
+        def configure_optimizers(self) -> Any:
+            return self.inner.configure_optimizers()
+
+    torch.manual_seed(0)
+    trainer = make_trainer(out, max_epochs=3, strategy="ddp", devices=2)
+    trainer.fit(Asks(), DataLoader(dataset(), batch_size=RANK_BATCH))
+    result["view_stop"] = {"global_step": trainer.state.global_step, "status": trainer.state.status}
+
     # checkpoints: each rank asks for its own file; exact resume from a mid-epoch checkpoint
     def save(e: interlock.Event) -> Any:
         if e.global_step == 2:

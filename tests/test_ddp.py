@@ -107,10 +107,10 @@ def test_torchrun_ddp_ends_with_the_weights_of_one_process_on_the_union_batch(
 
 
 def test_setup_line_is_printed_once_per_fit_by_rank_zero_only(ddp_run: Any) -> None:
-    """Each fit states the setup in one stderr line, from rank 0 only (6 fits in the run -> 6 lines)."""
+    """Each fit states the setup in one stderr line, from rank 0 only (7 fits in the run -> 7 lines)."""
     _, _, log = ddp_run
     lines = [line for line in log.splitlines() if line.startswith("interlock: accelerator=")]
-    assert len(lines) == 6
+    assert len(lines) == 7
     assert "strategy=ddp(world_size=2, processes=torchelastic)" in lines[0]
 
 
@@ -175,14 +175,16 @@ def test_a_rank_zero_only_value_logged_by_rank_zero_alone_is_its_own_and_syncs_n
 
 
 def test_stop_on_one_rank_stops_every_rank_at_the_same_step(ddp_run: Any) -> None:
-    """A Stop returned on rank 1 only at step 3 ends both ranks at the same later step, without a hang.
+    """A Stop on rank 1 only at step 3 (a listener's, or a LightningModule's self.trainer.should_stop = True) ends
+    both ranks at the same later step, without a hang.
 
     Ranks vote without blocking (first 8 batches in, read one batch later), or agree at an epoch end.
     """
     _, results, _ = ddp_run
-    steps = {r["stop"]["global_step"] for r in results}
-    assert len(steps) == 1 and 3 < steps.pop() <= 3 + 8 + 1
-    assert all(r["stop"]["status"] == "finished" for r in results)
+    for kind in ("stop", "view_stop"):  # a listener's Stop; a LightningModule's self.trainer.should_stop = True
+        steps = {r[kind]["global_step"] for r in results}
+        assert len(steps) == 1 and 3 < steps.pop() <= 3 + 8 + 1, kind
+        assert all(r[kind]["status"] == "finished" for r in results)
 
 
 def test_only_rank_zero_writes_checkpoints(ddp_run: Any) -> None:
