@@ -33,24 +33,14 @@ def learning_rates(run: Run) -> tuple[tuple[Any, ...], ...]:
     Its class name, each param group's learning rate, its first scheduler's interval (``""``: none),
     each group's ``name`` (``None``: none), and its schedulers as ``(position, name, interval)``.
     """
-    first = {id(getattr(s.scheduler, "optimizer", None)): s.interval for s in reversed(run.schedulers)}
     out = []
     for o in run.optimizers:
-        scheduled = tuple(
-            (i, s.name, s.interval)
-            for i, s in enumerate(run.schedulers)
-            if getattr(s.scheduler, "optimizer", None) is o
-        )
+        mine = (s for s in enumerate(run.schedulers) if getattr(s[1].scheduler, "optimizer", None) is o)
+        scheduled = tuple((i, s.name, s.interval) for i, s in mine)
         groups = o.param_groups
-        out.append(
-            (
-                type(o).__name__,
-                tuple(float(g["lr"]) for g in groups),
-                first.get(id(o), ""),
-                tuple(g.get("name") for g in groups),
-                scheduled,
-            )
-        )
+        rates = tuple(float(g["lr"]) for g in groups)
+        interval = scheduled[0][2] if scheduled else ""
+        out.append((type(o).__name__, rates, interval, tuple(g.get("name") for g in groups), scheduled))
     return tuple(out)
 
 
