@@ -60,11 +60,14 @@ from interlock.core.updates import (
     merge,
     reduce,
 )
+from interlock.trainer.compiled import compile_arrival
 
 __all__ = ["Runtime"]
 
 _Apply = Callable[[Any], None]
 
+#: Arrivals at a leaf, in one stage, after which its step runs compiled (set-up states, entered once, never are)
+HOT = 3
 _facts = tuple.__new__  # builds the Facts named tuple without a Python-level call
 #: State fields that are facts of the process and stage running now: a restore keeps them
 _LIVE = ("agreed", "limits", "manual_optimization", "eval_exhausted", "metric_modes", "error", "failed_in")
@@ -74,12 +77,15 @@ class _Node:
     """A leaf, bound to one stage's run."""
 
     __slots__ = (
-        "always", "capture", "checkpoint", "entry", "entry_refs", "keys", "later", "on", "once", "once_refs", "path",
-        "signal",
+        "always", "arrive", "capture", "checkpoint", "entry", "entry_refs", "keys", "later", "on", "once", "once_refs",
+        "path", "signal", "visits",
     )  # fmt: skip
 
     def __init__(self, path: str, signal: Any, checkpoint: bool) -> None:
         self.path, self.signal, self.checkpoint = path, signal, checkpoint
+        #: entering this leaf and taking its next transition: the generic step, or its compiled form once hot
+        self.arrive: Callable[[_Edge], _Edge | None] = _unbound
+        self.visits = 0  # arrivals through the generic step since the stage was bound (compiled at HOT)
         self.entry: tuple[Callable[[], Any], ...] = ()
         self.once: tuple[Callable[[], Any], ...] = ()  # entry_once: after the event, before a save here
         self.always: tuple[_Edge, ...] = ()
@@ -264,55 +270,86 @@ class Runtime:
     def _walk(self, edge: _Edge) -> None:
         """Take ``edge``, then every transition :func:`step` decides, until a state that waits.
 
-        Taking a transition: its work (:meth:`_work`), the move, the event to its observers and
-        receivers, the target's ``entry_once`` actions, the saves asked for when it is a checkpoint
-        state. Then the target's entry actions (or a restore's jump), and the decision.
+        Taking a transition: its work (:meth:`_work`), then entering its target (:meth:`_arrive`,
+        or the target's compiled form of it): the move, the event to its observers and receivers,
+        the target's ``entry_once`` actions, the saves asked for when it is a checkpoint state, its
+        entry actions (or a restore's jump), the decision and the work of the transition decided.
         """
-        counts, observers = self._counts, self._observers
-        while True:
-            if edge.work:
-                self._work(edge)
-            node = edge.dest
-            dest = node.path
-            source, self._at = self._at, dest
-            count = counts[dest] = counts[dest] + 1
-            self._snapshot = None
-            if observers:
-                c = self.counters
-                for observe in observers:
-                    observe(dest, edge.trigger, source, count, c.epoch, c.global_step, c.batch_idx)
-            if node.once:  # entry_once: after the event; a save asked for by its handlers waits for them
-                self._holding = True
-                if node.signal.receivers:
-                    self._emit(node, edge, source, count)
-                self._holding = False
-                for action in node.once:
-                    out = action()
-                    if out is not None and self._apply_result(out, action):
-                        self._rest(node.once_refs, action)
-                        break
-            elif node.signal.receivers:
+        if edge.work:
+            self._work(edge)
+        taken: _Edge | None = edge
+        while taken is not None:
+            taken = taken.dest.arrive(taken)
+
+    def _arrive(self, node: _Node, edge: _Edge) -> _Edge | None:
+        """Enter ``node`` by ``edge`` (its work done); return the transition it takes next, its work done, or None.
+
+        The generic step of a walk; a leaf entered :data:`HOT` times in a stage is given its compiled
+        form (:func:`~interlock.trainer.compiled.compile_arrival`, the same step unrolled for it).
+        """
+        visits = node.visits = node.visits + 1
+        if visits == HOT and self._compilable(node):
+            node.arrive = compile_arrival(self, node)
+        dest = node.path
+        source, self._at = self._at, dest
+        count = self._counts[dest] = self._counts[dest] + 1
+        self._snapshot = None
+        observers = self._observers
+        if observers:
+            c = self.counters
+            for observe in observers:
+                observe(dest, edge.trigger, source, count, c.epoch, c.global_step, c.batch_idx)
+        if node.once:  # entry_once: after the event; a save asked for by its handlers waits for them
+            self._holding = True
+            if node.signal.receivers:
                 self._emit(node, edge, source, count)
-            if self._pending_saves and node.checkpoint:
-                self._flush_saves()
-            if self._taken is not None:
-                self._taken()
-            while True:
-                for action in node.entry:
-                    out = action()
-                    if out is not None and self._apply_result(out, action):
-                        self._rest(node.entry_refs, action)
-                        break
-                if self._jump is None:
+            self._holding = False
+            for action in node.once:
+                out = action()
+                if out is not None and self._apply_result(out, action):
+                    self._rest(node.once_refs, action)
                     break
-                node = self._do_jump()
-            facts = self._facts
-            if facts is None:
-                facts = self._facts = _facts(Facts, (self._base, self.counters.view(), self._config))
-            decided = step(node, facts)
-            if decided is None:
-                return
-            edge = decided[0]
+        elif node.signal.receivers:
+            self._emit(node, edge, source, count)
+        if self._pending_saves and node.checkpoint:
+            self._flush_saves()
+        if self._taken is not None:
+            self._taken()
+        return self._settle(node)
+
+    def _settle(self, node: _Node) -> _Edge | None:
+        """Run ``node``'s entry actions (entering a restore's target, if one jumps), decide, do the work decided."""
+        while True:
+            for action in node.entry:
+                out = action()
+                if out is not None and self._apply_result(out, action):
+                    self._rest(node.entry_refs, action)
+                    break
+            if self._jump is None:
+                break
+            node = self._do_jump()
+        facts = self._facts
+        if facts is None:
+            facts = self._facts = _facts(Facts, (self._base, self.counters.view(), self._config))
+        decided = step(node, facts)
+        if decided is None:
+            return None
+        edge = decided[0]
+        if edge.work:
+            self._work(edge)
+        return edge
+
+    def _compilable(self, node: _Node) -> bool:
+        """Whether ``node``'s step may be compiled: none of its actions can fill a slot (which rebinds the chart)."""
+        fns = [*node.once, *node.entry]
+        for e in node.always:
+            fns += [*e.actions, *e.enters]
+        actions = self.registry.actions
+        for fn in fns:
+            key = self._key_of.get(id(fn))
+            if key is None or actions[key[0]].writes:
+                return False
+        return True
 
     def _work(self, edge: _Edge) -> None:
         """A transition's work: its exits and ``do`` actions, its counter operations, the entries it makes."""
@@ -493,6 +530,7 @@ class Runtime:
             node.once = tuple(f for f in (action(a) for a in node.once_refs) if f is not NOOP)
             for e in (*node.always, *node.on.values()):
                 fill(e)
+            node.arrive, node.visits = partial(self._arrive, node), 0  # compiled again once hot, from these
 
     def _used_counters(self) -> set[str]:
         specs = self.chart.leaf_specs.values()
@@ -536,6 +574,7 @@ class Runtime:
         """
         for node in self._nodes.values():
             node.entry, node.once, node.always, node.on, node.capture = (), (), (), {}, ()
+            node.arrive = _unbound
         self._run, self._effects, self._nodes = None, {}, {}
         self._bound, self._bound_guards, self._key_of, self._retired = {}, {}, {}, []
 
@@ -653,6 +692,10 @@ class Runtime:
             by_path[save.path] = save if seen is None else attrs.evolve(seen, replaces=seen.replaces + save.replaces)
         for save in by_path.values():
             writer(save)
+
+
+def _unbound(edge: _Edge) -> _Edge | None:
+    raise RuntimeError(f"the chart is not bound to a stage's run: cannot enter {edge.dest.path!r}")
 
 
 def _payload(node: _Node) -> Callable[[], dict[str, Any]]:
