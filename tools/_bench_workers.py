@@ -1099,7 +1099,12 @@ def run_failure(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _origin(filename: str) -> str:
-    """Whose code a frame runs: interlock's own, torch's, the bench's (module, loop), or the rest."""
+    """Whose code a frame runs: interlock's own, torch's, the bench's (module, loop), or the rest.
+
+    interlock's own includes the code it generates (a hot leaf's compiled step, ``<interlock arrival: ...>``).
+    """
+    if filename.startswith("<interlock"):
+        return "interlock"
     if f"{os.sep}interlock{os.sep}" in filename and f"{os.sep}tools{os.sep}" not in filename:
         return "interlock"
     if f"{os.sep}torch{os.sep}" in filename:
