@@ -49,6 +49,19 @@ class Recorder(TinyModule):
         self.calls.append(("on_validation_epoch_end",))
 
 
+class Rows:
+    """A recorder keeping every row, asked to flush at every 5th."""
+
+    def __init__(self) -> None:
+        self.rows: list[Any] = []
+        self.due, self.limit = float("inf"), 5
+        self.asked: list[str] = []
+
+    def flush_due(self, name: str) -> None:
+        self.asked.append(name)
+        self.limit += 5
+
+
 def _fit(tmp: Path, hot: int, config: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """One fit with leaves compiled at their ``hot``-th arrival (0: never): what it did, in order, and its end."""
     monkeypatch.setattr(runtime, "HOT", hot)
@@ -77,6 +90,8 @@ def _fit(tmp: Path, hot: int, config: dict[str, Any], monkeypatch: pytest.Monkey
         **(only(ModelCheckpoint(every_n_train_steps=2, save_top_k=-1)) if config["checkpoint"] else only()),
     )
     trainer.observe(lambda *values: seen.append(values))
+    recorded = Rows()
+    trainer.bus.record(recorded)
     if config["listen"]:  # a handler on every event: the compiled arrivals send their events too
         trainer.on("*", lambda event, state: events.append((event.name, event.trigger, event.guard, event.count)))
     if config["stop_at"] is not None:
@@ -97,6 +112,8 @@ def _fit(tmp: Path, hot: int, config: dict[str, Any], monkeypatch: pytest.Monkey
         "metrics": dict(trainer.state.metrics),
         "compiled": made,
         "files": sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*.ckpt")),
+        "recorded": [row[1:] for row in recorded.rows],
+        "flushes": recorded.asked,
     }
 
 
@@ -128,7 +145,8 @@ def test_compiled_and_generic_walks_run_the_same_fit(
     fast = _fit(tmp_path_factory.mktemp("compiled"), 1, config, monkeypatch)
     assert generic["compiled"] == []
     assert "fit.train.batch.step" in fast["compiled"]
-    for key in ("calls", "seen", "events", "error", "state", "metrics", "files"):
+    assert fast["recorded"] == fast["seen"]
+    for key in ("calls", "seen", "events", "error", "state", "metrics", "files", "recorded", "flushes"):
         assert fast[key] == generic[key], key
     for a, b in zip(fast["weights"], generic["weights"], strict=True):
         assert torch.equal(a, b)

@@ -234,6 +234,51 @@ def test_a_listeners_observe_methods_are_registered_in_listener_order(trainer_fa
     assert log == ["b", "a"]
 
 
+class _Rows:
+    """A recorder keeping every row; asks for flush_due every ``limit`` rows (and by time when ``due`` is set)."""
+
+    def __init__(self, limit: int = 10**9, due: float = float("inf")) -> None:
+        self.rows: list[Any] = []
+        self.kept: list[Any] = []
+        self.due, self.limit = due, limit
+        self.calls: list[tuple[str, int]] = []
+
+    def flush_due(self, name: str) -> None:
+        self.calls.append((name, len(self.rows)))
+        self.kept += self.rows
+        self.rows.clear()
+
+
+def test_a_recorder_gets_every_transition_as_the_observers_see_it_and_is_asked_to_flush(
+    trainer_factory: Any, built: list[str]
+) -> None:
+    """Rows are the observers' values with a time first, in order; flush_due comes at every limit-th row and by time."""
+    trainer = trainer_factory(max_epochs=2)
+    seen: list[tuple[Any, ...]] = []
+    trainer.observe(lambda *values: seen.append(values))
+    every = _Rows(limit=7)
+    timed = _Rows(due=0.0)  # due at once: asked at every row (it never moves due on)
+    trainer.bus.record(every, source="every")
+    trainer.bus.record(timed, source="timed")
+    _fit(trainer)
+    rows = every.kept + every.rows
+    assert [r[1:] for r in rows] == seen and len(seen) == sum(trainer.state.counts.values())
+    assert all(isinstance(r[0], float) for r in rows) and [r[0] for r in rows] == sorted(r[0] for r in rows)
+    assert [n for _, n in every.calls] == [7] * (len(seen) // 7)
+    assert [name for name, _ in every.calls] == [seen[7 * i + 6][0] for i in range(len(seen) // 7)]
+    assert [name for name, _ in timed.calls] == [v[0] for v in seen]
+    assert built == []  # no Event was built for them
+    assert trainer.bus.observer_sources()[-2:] == ["every.record", "timed.record"]
+    trainer.bus.remove_sources({"every"})
+    assert trainer.bus.recorders == [timed] and trainer.bus.observer_sources()[-1:] == ["timed.record"]
+
+
+def test_record_refuses_what_is_no_recorder(trainer_factory: Any) -> None:
+    """A recorder without rows, due, limit and flush_due is refused at registration, naming what it lacks."""
+    with pytest.raises(TypeError, match="has no 'limit'"):
+        trainer_factory().bus.record(type("R", (), {"rows": [], "due": 0.0})())
+
+
 def test_observe_rejects_what_is_not_callable(trainer_factory: Any) -> None:
     """A non-callable observer is refused at registration, naming it."""
     with pytest.raises(TypeError, match="observer must be callable, got 3"):

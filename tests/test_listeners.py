@@ -294,8 +294,8 @@ def test_trace_refuses_a_bad_flush_interval(bad: Any) -> None:
         EventTrace(flush_seconds=bad)
 
 
-def test_trace_records_through_an_observer_and_handles_only_boundaries(tmp_path: Path) -> None:
-    """EventTrace records transitions as an observer; per-batch events get no handler, so no Event is built."""
+def test_trace_records_through_the_runtime_and_handles_only_boundaries(tmp_path: Path) -> None:
+    """EventTrace records transitions as a recorder (no call); per-batch events get no handler, so no Event is built."""
     trainer = Trainer(**only(EventTrace()), default_root_dir=tmp_path, accelerator="cpu")
     assert trainer.bus.observer_sources() == ["EventTrace.record"]
     for name in ("fit.train.batch.step", "fit.train.batch.end", "fit.train.val.batch.fetch"):

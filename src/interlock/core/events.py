@@ -15,7 +15,12 @@ An *observer* (:meth:`EventBus.observe`, or a :class:`Listener` method marked
 :func:`observe`) sees every transition as plain values,
 ``(name, trigger, source, count, epoch, global_step, batch_idx)``, before the
 event's handlers. It returns nothing and gets no state, so the trainer builds no
-:class:`Event` for it: recording every transition (``EventTrace``) costs a call.
+:class:`Event` for it: watching every transition costs a call.
+
+A *recorder* (:meth:`EventBus.record`, a :class:`Listener`'s :meth:`~Listener.recorders`)
+costs less: the runtime appends each transition to its ``rows`` as a :data:`Row`, after the
+observers, with no call, and calls its ``flush_due(name)`` once ``time.time()`` reaches its ``due``
+or its rows reach its ``limit`` (``EventTrace`` records so).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import fnmatch
 import inspect
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import attrs
 import blinker
@@ -40,6 +45,8 @@ __all__ = [
     "Handler",
     "Listener",
     "Observer",
+    "Recorder",
+    "Row",
     "Subscription",
     "listen",
     "observe",
@@ -50,6 +57,24 @@ Handler = Callable[["Event", TrainerState], Any]
 #: ``observer(name, trigger, source, count, epoch, global_step, batch_idx)``: see every transition.
 Observer = Callable[[str, str, str, int, int, int, int], None]
 F = TypeVar("F", bound=Callable[..., Any])
+#: A transition as a recorder keeps it: ``(time, name, trigger, source, count, epoch, global_step, batch_idx)``.
+Row = tuple[float, str, str, str, int, int, int, int]
+
+
+class Recorder(Protocol):
+    """Keeps every transition: the runtime appends a :data:`Row` to ``rows``, with no call per transition."""
+
+    #: The transitions kept since the last :meth:`flush_due` (the runtime appends; the recorder empties it).
+    rows: list[Any]
+    #: ``time.time()`` at which the runtime calls :meth:`flush_due` (``math.inf``: never by time).
+    due: float
+    #: The number of rows at which the runtime calls :meth:`flush_due`.
+    limit: int
+
+    def flush_due(self, name: str) -> None:
+        """Called by the runtime after appending the row of entering ``name``, once ``due`` or ``limit`` is reached."""
+
+
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
@@ -166,6 +191,9 @@ class EventBus:
         #: The observers' callables, in registration order; the runtime calls them on every transition.
         self.observers: list[Observer] = []
         self._observer_sources: list[str] = []
+        #: The recorders, in registration order; the runtime appends every transition to their rows.
+        self.recorders: list[Recorder] = []
+        self._recorder_sources: list[str] = []
 
     def match(self, pattern: str) -> tuple[str, ...]:
         """Event names the glob ``pattern`` selects; an error when it selects none."""
@@ -248,9 +276,18 @@ class EventBus:
         self._observer_sources.append(f"{source}.{name}" if source else _describe(observer))
         return observer
 
+    def record(self, recorder: Recorder, *, source: str | None = None) -> Recorder:
+        """Append every transition to ``recorder.rows`` (after the observers); see :class:`Recorder`."""
+        for attr in ("rows", "due", "limit", "flush_due"):
+            if not hasattr(recorder, attr):
+                raise TypeError(f"a recorder needs rows, due, limit and flush_due(name); {recorder!r} has no {attr!r}")
+        self.recorders.append(recorder)
+        self._recorder_sources.append(f"{source or type(recorder).__name__}.record")
+        return recorder
+
     def observer_sources(self) -> list[str]:
-        """Each observer as ``listener_key.method`` (or the function's name), in call order."""
-        return list(self._observer_sources)
+        """Each observer as ``listener_key.method`` (or the function's name), then each recorder, in call order."""
+        return [*self._observer_sources, *self._recorder_sources]
 
     def remove_sources(self, sources: set[str]) -> None:
         """Unregister every handler and observer registered with one of ``sources`` (listener keys)."""
@@ -262,6 +299,10 @@ class EventBus:
                 if src.split(".")[0] not in sources]  # fmt: skip
         self.observers[:] = [o for o, _ in kept]
         self._observer_sources[:] = [src for _, src in kept]
+        recorders = [(r, src) for r, src in zip(self.recorders, self._recorder_sources, strict=True)
+                     if src.split(".")[0] not in sources]  # fmt: skip
+        self.recorders[:] = [r for r, _ in recorders]
+        self._recorder_sources[:] = [src for _, src in recorders]
 
     def _remove(self, sub: Subscription) -> None:
         for name in sub.names:
@@ -361,6 +402,10 @@ class Listener:
         for name in dir(type(self)):
             if getattr(getattr(type(self), name, None), "__interlock_observe__", False):
                 yield getattr(self, name)
+
+    def recorders(self) -> Iterator[Recorder]:
+        """What records every transition for this listener (:class:`Recorder`); none by default."""
+        return iter(())
 
     def bind_tags(self, tags: Mapping[str, frozenset[str]]) -> None:
         """Called with each event name's tags (the chart the trainer runs) before :meth:`subscriptions`.

@@ -12,12 +12,12 @@ import math
 import operator
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
 from interlock.core.errors import OutputError
-from interlock.core.events import Event, Listener, listen, observe
+from interlock.core.events import Event, Listener, listen
 from interlock.core.state import TrainerState
 from interlock.core.traceformat import COMPACT
 from interlock.listeners._util import stage_starts
@@ -184,7 +184,8 @@ class EventTrace(Listener):
     ``failure.json`` beside the trace (:mod:`interlock.listeners.flight`): the transition to replay
     to, and the command that does it, also added to the exception's notes.
 
-    Transitions are recorded by an observer (:func:`~interlock.observe`): no event object is
+    Transitions are recorded by the runtime into the trace's buffer (a
+    :class:`~interlock.core.events.Recorder`): no call and no event object is
     built for them. They are buffered as tuples and formatted only when written: once
     ``flush_seconds`` have passed since the last write or ``flush_every`` transitions are
     waiting (whichever comes first), at ``fit.train.epoch_end`` and ``fit.train.val.end``,
@@ -215,12 +216,14 @@ class EventTrace(Listener):
                 f"EventTrace(full={full!r}) must be True (one JSON line per transition) or False (compact)"
             )
         self.path = Path(path) if path is not None else None
-        self.flush_every = flush_every
+        self.limit = flush_every  # rows at which the runtime asks for a write (Recorder)
         self.flush_seconds = flush_seconds
         self.full = full
-        self._due = 0.0  # the time of the next write (it waits for flush_every lines when flush_seconds is None)
+        self.due = 0.0  # the time of the next write (it waits for flush_every lines when flush_seconds is None)
         self._file: Path | None = self.path
-        self._rows: list[Row] = []
+        self.rows: list[
+            tuple[Any, ...]
+        ] = []  # the runtime's rows (events.Row), an error and where added to a failure's
         self._ids: dict[tuple[str, str, str], int] = {}
         self._names: list[str] = []  # per key: the JSON members "event": .., "trigger": .., "source": ..
         self._loopable: list[bool] = []  # per key: a transition between batch states (a loop may count it)
@@ -238,22 +241,47 @@ class EventTrace(Listener):
         """The file being written (None until the run directory is known, and on ranks other than 0)."""
         return None if self._rank_zero is False else self._file
 
-    @observe
+    @property
+    def flush_every(self) -> int:
+        """Buffered transitions at which they are written."""
+        return self.limit
+
+    @flush_every.setter
+    def flush_every(self, value: int) -> None:
+        self.limit = value
+
+    def recorders(self) -> Iterator[EventTrace]:
+        """The trace records through the runtime (:class:`~interlock.core.events.Recorder`): no call per transition."""
+        yield self
+
     def record(
         self, name: str, trigger: str, source: str, count: int, epoch: int, global_step: int, batch_idx: int
     ) -> None:
-        """Buffer one transition; the lines of the boundaries (``_flush_at``) are written by :meth:`on_boundary`."""
-        key = (name, trigger, source)
-        try:
-            k = self._ids[key]
-        except KeyError:  # JSON-encode each (event, trigger, source) once
-            k = self._ids[key] = len(self._names)
-            self._names.append(json.dumps(dict(zip(("event", "trigger", "source"), key, strict=True)))[1:-1])
-            self._loopable.append(".batch." in name and ".batch." in source)
-        rows, now = self._rows, _now()
-        rows.append((now, k, epoch, global_step, batch_idx, count, "", ""))
-        if (len(rows) >= self.flush_every or now >= self._due) and name not in self._flush_at:
+        """Buffer one transition as the runtime does (:meth:`recorders`), and write when it is time."""
+        rows, now = self.rows, _now()
+        rows.append((now, name, trigger, source, count, epoch, global_step, batch_idx))
+        if len(rows) >= self.limit or now >= self.due:
+            self.flush_due(name)
+
+    def flush_due(self, name: str) -> None:
+        """The buffer is due (time or size): write it, unless at a boundary (:meth:`on_boundary` writes those)."""
+        if name not in self._flush_at:
             self.flush()
+
+    def _keyed(self, rows: list[tuple[Any, ...]]) -> list[Row]:
+        """The buffered rows with their (event, trigger, source) as a key, each JSON-encoded once."""
+        ids, out = self._ids, []
+        for row in rows:
+            t, name, trigger, source, count, epoch, global_step, batch_idx = row[:8]
+            key = (name, trigger, source)
+            k = ids.get(key)
+            if k is None:
+                k = ids[key] = len(self._names)
+                self._names.append(json.dumps(dict(zip(("event", "trigger", "source"), key, strict=True)))[1:-1])
+                self._loopable.append(".batch." in name and ".batch." in source)
+            error, where = (row[8], row[9]) if len(row) > 8 else ("", "")
+            out.append((t, k, epoch, global_step, batch_idx, count, error, where))
+        return out
 
     def bind_tags(self, tags: Mapping[str, frozenset[str]]) -> None:
         """Learn the stage starts and the boundaries to write at (epoch ends, validation ends in fit)."""
@@ -272,7 +300,7 @@ class EventTrace(Listener):
     def on_boundary(self, event: Event, state: TrainerState) -> None:
         """Learn the rank (at stage starts) and the output file from the state; write at the boundaries.
 
-        The observer has already buffered this event's line; a failure adds its error to it.
+        The runtime has already buffered this event's row; a failure adds its error to it.
         """
         name = event.name
         if name in self._stage_starts:
@@ -281,11 +309,11 @@ class EventTrace(Listener):
             self._file = Path(state.run_dir) / TRACE_FILE
         if name not in self._flush_at:
             return
-        rows = self._rows
+        rows = self.rows
         if rows and (event.trigger == "fail" or name == "failed"):
             error = _error(event.payload)
             if error:
-                rows[-1] = (*rows[-1][:-2], error, _where(event.payload))
+                rows[-1] = (*rows[-1][:8], error, _where(event.payload))
         self.flush(final=name in _ENDS)
         if name in _ENDS:
             self.close()
@@ -297,8 +325,8 @@ class EventTrace(Listener):
 
         ``final``: the run ended; the compact trace also writes the unfinished turn of a loop.
         """
-        self._due = math.inf if self.flush_seconds is None else _now() + self.flush_seconds
-        rows = self._rows
+        self.due = math.inf if self.flush_seconds is None else _now() + self.flush_seconds
+        rows = self.rows
         packer = self._packer
         if not rows and not (final and packer is not None and packer.pending):
             return  # a final flush still ends a loop whose unfinished turn an earlier flush held back
@@ -309,7 +337,8 @@ class EventTrace(Listener):
         if file is None:
             return
         try:
-            self._write(file, rows, final)
+            self._write(file, self._keyed(rows), final)
+            rows.clear()
         except OSError as exc:
             raise OutputError(
                 f"could not write the event trace {file} ({exc.strerror or exc}); free space or fix the "
@@ -334,7 +363,6 @@ class EventTrace(Listener):
             assert self._packer is not None
             fh.write(self._packer.pack(rows, names, self._loopable, final))
         fh.flush()
-        rows.clear()
 
     def close(self) -> None:
         """Close the file (the next write reopens it).

@@ -21,6 +21,7 @@ step handles.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -32,8 +33,8 @@ __all__ = ["compile_arrival", "source_of"]
 _new = tuple.__new__
 #: What every arrival function is given before its own constants (:func:`compile_arrival` passes them in order)
 _FIXED = (
-    "rt", "counts", "observers", "counters", "signal", "node", "emit", "apply_result", "after_jump", "new", "Facts",
-    "FrozenCounters",
+    "rt", "counts", "observers", "recorders", "counters", "signal", "node", "emit", "apply_result", "after_jump", "new",
+    "Facts", "FrozenCounters", "clock",
 )  # fmt: skip
 _code_cache: dict[tuple[str, str], Any] = {}
 
@@ -89,6 +90,15 @@ def source_of(node: Any) -> tuple[str, dict[str, Any]]:
     src.put("    c = counters")
     src.put("    for observe in observers:")
     src.put(f"        observe({dest}, edge.trigger, source, count, c.epoch, c.global_step, c.batch_idx)")
+    src.put("if recorders:")
+    src.put("    c = counters")
+    src.put("    now = clock()")
+    src.put(f"    row = (now, {dest}, edge.trigger, source, count, c.epoch, c.global_step, c.batch_idx)")
+    src.put("    for recorder in recorders:")
+    src.put("        rows = recorder.rows")
+    src.put("        rows.append(row)")
+    src.put("        if now >= recorder.due or len(rows) >= recorder.limit:")
+    src.put(f"            recorder.flush_due({dest})")
     if node.once:
         src.put("rt._holding = True")
         src.put("if signal.receivers:")
@@ -148,6 +158,6 @@ def compile_arrival(rt: Any, node: Any) -> Callable[[Any], Any]:
     exec(code, scope)  # source written by source_of from the leaf's shape; names and callables are arguments
     make: Callable[..., Callable[[Any], Any]] = scope["make"]
     return make(
-        rt, rt._counts, rt._observers, rt.counters, node.signal, node, rt._emit, rt._apply_result,
-        rt._settle, _new, Facts, FrozenCounters, **names,
+        rt, rt._counts, rt._observers, rt._recorders, rt.counters, node.signal, node, rt._emit, rt._apply_result,
+        rt._settle, _new, Facts, FrozenCounters, time.time, **names,
     )  # fmt: skip

@@ -31,6 +31,7 @@ place, and the rest of a sequence of actions in flight runs the new ones.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
@@ -68,6 +69,7 @@ _Apply = Callable[[Any], None]
 
 #: Arrivals at a leaf, in one stage, after which its step runs compiled (set-up states, entered once, never are)
 HOT = 3
+_clock = time.time  # a recorder's row time
 _facts = tuple.__new__  # builds the Facts named tuple without a Python-level call
 #: State fields that are facts of the process and stage running now: a restore keeps them
 _LIVE = ("agreed", "limits", "manual_optimization", "eval_exhausted", "metric_modes", "error", "failed_in")
@@ -143,6 +145,7 @@ class Runtime:
         self._snapshot: TrainerState | None = None
         self._at = chart.initial
         self._observers = bus.observers  # the bus's own list: observers added later are seen
+        self._recorders = bus.recorders  # likewise
         self._pending_saves: list[SaveCheckpoint] = []
         self._checkpointable = chart.checkpoint_states
         self._effects: dict[type, _Apply] = {}
@@ -299,6 +302,16 @@ class Runtime:
             c = self.counters
             for observe in observers:
                 observe(dest, edge.trigger, source, count, c.epoch, c.global_step, c.batch_idx)
+        recorders = self._recorders
+        if recorders:  # a row each, no call (EventTrace); flush_due() once its time or row count is reached
+            c = self.counters
+            now = _clock()
+            row = (now, dest, edge.trigger, source, count, c.epoch, c.global_step, c.batch_idx)
+            for recorder in recorders:
+                rows = recorder.rows
+                rows.append(row)
+                if now >= recorder.due or len(rows) >= recorder.limit:
+                    recorder.flush_due(dest)
         if node.once:  # entry_once: after the event; a save asked for by its handlers waits for them
             self._holding = True
             if node.signal.receivers:

@@ -215,7 +215,7 @@ class Trainer:
         self._subscribe()
 
     def _subscribe(self) -> None:
-        """Subscribe every listener's handlers and observers (loggers are told of the rate monitors first)."""
+        """Subscribe each listener's handlers, observers and recorders (loggers learn the rate monitors first)."""
         monitors = [x for x in self.listeners if isinstance(x, LearningRateMonitor)]
         for listener in self.listeners:
             listener.bind_tags(self.bus.tags)
@@ -226,6 +226,8 @@ class Trainer:
                 self.bus.on(pattern, handler, every=every, once=once, source=listener.key)
             for observer in listener.observers():
                 self.bus.observe(observer, source=listener.key)
+            for recorder in listener.recorders():
+                self.bus.record(recorder, source=listener.key)
 
     def _attach_module_callbacks(self, module: Any) -> None:
         """Install what the module's ``configure_callbacks()`` returns, as Lightning at each stage's start.
