@@ -221,9 +221,8 @@ class EventTrace(Listener):
         self.full = full
         self.due = 0.0  # the time of the next write (it waits for flush_every lines when flush_seconds is None)
         self._file: Path | None = self.path
-        self.rows: list[
-            tuple[Any, ...]
-        ] = []  # the runtime's rows (events.Row), an error and where added to a failure's
+        # the runtime's rows (events.Row); a failure's row gets its error and where appended
+        self.rows: list[tuple[Any, ...]] = []
         self._ids: dict[tuple[str, str, str], int] = {}
         self._names: list[str] = []  # per key: the JSON members "event": .., "trigger": .., "source": ..
         self._loopable: list[bool] = []  # per key: a transition between batch states (a loop may count it)

@@ -9,8 +9,8 @@ entry action a call of its own, the ``always`` transitions' guards tried in orde
 :func:`~interlock.core.step.step` tries them, the chosen transition's work inline, and the
 checks a leaf cannot need (``entry_once`` on a leaf without it, saves on a leaf that is not a
 checkpoint state) left out. What it does, in what order, is the generic step's;
-``tests/test_compiled_walk.py`` runs random charts both ways and compares every decision, action
-and event.
+``tests/test_compiled_walk.py`` runs random fits both ways and compares every hook, transition,
+event, failure note, file and weight.
 
 The source depends only on the leaf's shape (how many actions, guards, transitions), never on
 the callables, which are passed in: code objects are cached by source, and binding one to a
