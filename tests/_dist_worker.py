@@ -7,6 +7,7 @@ the tests read those files. Nothing here asserts: the tests do.
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import socket
@@ -15,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -81,6 +83,14 @@ class Started:
 def run_all(commands: list[list[str]], cwd: Path, timeout: float) -> list[str]:
     """Run the commands at once; each one's stdout+stderr. Raise on a failure or after ``timeout`` seconds."""
     return Started(commands, cwd).wait(timeout)
+
+
+def threads_left(out: Path, scenario: str, rank: int) -> list[str]:
+    """The threads a rank still had at exit, after interlock destroyed the process group (``main``)."""
+    names = (out / f"{scenario}_threads_rank{rank}.txt").read_text().split()
+    if names == ["(no", "/proc)"]:
+        pytest.skip("no /proc here to list a process's threads")
+    return names
 
 
 def load(out: Path, scenario: str, rank: int = 0) -> Any:
@@ -449,9 +459,17 @@ SCENARIOS = {
 }
 
 
+def threads_at_exit(path: Path) -> None:
+    """At exit, after interlock's own exit handler (registered later, so run earlier): this process's threads."""
+    tasks = Path("/proc/self/task")
+    names = sorted((t / "comm").read_text().strip() for t in tasks.iterdir()) if tasks.is_dir() else ["(no /proc)"]
+    path.write_text("\n".join(names) + "\n")
+
+
 def main() -> None:
     name, out = sys.argv[1], Path(sys.argv[2])
     out.mkdir(parents=True, exist_ok=True)
+    atexit.register(threads_at_exit, out / f"{name}_threads_rank{rank()}.txt")
     result = SCENARIOS[name](out)
     torch.save(result, out / f"{name}_rank{rank()}.pt")
 

@@ -106,6 +106,15 @@ def test_torchrun_ddp_ends_with_the_weights_of_one_process_on_the_union_batch(
         _close(result["equivalence"]["weights"], reference)
 
 
+def test_ranks_exit_with_the_process_group_destroyed_and_its_threads_joined(ddp_run: Any) -> None:
+    """After DDP fits, validation, test and predict, each rank's group is freed at exit: no gloo thread outlives it."""
+    out, _, _ = ddp_run
+    for rank in (0, 1):
+        threads = w.threads_left(out, "distributed", rank)
+        assert threads, "the rank did not reach its last exit handler"
+        assert not [t for t in threads if "gloo" in t], threads
+
+
 def test_setup_line_is_printed_once_per_fit_by_rank_zero_only(ddp_run: Any) -> None:
     """Each fit states the setup in one stderr line, from rank 0 only (7 fits in the run -> 7 lines)."""
     _, _, log = ddp_run

@@ -71,6 +71,20 @@ def test_fsdp_resume_without_optimizer_tensors_and_weights_after_the_fit(fsdp_ru
     assert results[1]["sgd"] == {"full": {}, "resumed": {}}
 
 
+def test_fsdp_ranks_exit_with_the_process_group_destroyed_and_its_threads_joined(fsdp_run: Any) -> None:
+    """After four FSDP fits (resumes, gathers) each rank's group is freed at exit: no gloo thread outlives it.
+
+    A group left to interpreter finalization keeps its worker threads, and one that then needs
+    the GIL kills the rank with SIGABRT after its work is done (seen in CI). Two things held the
+    group: the last loss's graph, whose FSDP hooks kept every fit's module alive, and DTensor's caches.
+    """
+    out, _ = fsdp_run
+    for rank in (0, 1):
+        threads = w.threads_left(out, "fsdp", rank)
+        assert threads, "the rank did not reach its last exit handler"
+        assert not [t for t in threads if "gloo" in t], threads
+
+
 def test_fsdp_resolves_from_flags_and_refuses_16_mixed() -> None:
     """strategy='fsdp' builds FSDPStrategy; precision='16-mixed' raises naming both flags."""
     assert isinstance(resolve_hardware("cpu", 2, "fsdp", "bf16-mixed", {}).strategy, FSDPStrategy)

@@ -545,9 +545,18 @@ def register(reg: Registry) -> None:
 
     @reg.action("data.teardown")
     def teardown(run: Run, params: Mapping[str, Any]) -> Action:
-        """The data module's ``teardown(stage)``; after a failure its ``on_exception(exception)`` (Lightning)."""
+        """Drop the last batch and its outputs; the data module's ``teardown`` (``on_exception`` after a failure).
+
+        The last loss's graph carries the strategy's backward hooks (FSDP's hold the sharded module),
+        and a cycle through a graph is one the garbage collector cannot see: kept, it would keep the
+        stage's module, optimizer and process group alive to the end of the process.
+        """
 
         def act() -> None:
+            step = run.step
+            step.batch = step.outputs = step.loss = None
+            for feed in run.feeds.values():
+                feed.last_outputs = None
             dm = run.plan.datamodule
             if dm is None or not run.stage:
                 return

@@ -36,6 +36,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from interlock.plugins.environments import ClusterEnvironment, LocalEnvironment
+from interlock.plugins.group_exit import destroy_group_at_exit
 from interlock.plugins.launcher import ForkLauncher
 from interlock.plugins.strategy import Distributed, Strategy
 
@@ -214,7 +215,7 @@ class DDPStrategy(Strategy):
             os.environ["MASTER_ADDR"] = env.main_address()
             os.environ["MASTER_PORT"] = str(env.main_port())
             dist.init_process_group(backend, init_method="env://", world_size=self.world_size, rank=self.global_rank)
-            atexit.register(_destroy_group)
+            atexit.register(destroy_group_at_exit)
         elif dist.get_world_size() != self.world_size:
             raise RuntimeError(
                 f"this process is already in a process group of {dist.get_world_size()} but strategy={self.name!r} "
@@ -270,10 +271,3 @@ class DDPSpawnStrategy(DDPStrategy):
         super().__init__(num_devices, LocalEnvironment(), **ddp_kwargs)
 
     always_spawns = True
-
-
-def _destroy_group() -> None:
-    """At exit: collect what still refers to the group (a wrapper in a reference cycle), then destroy it."""
-    if dist.is_initialized():
-        gc.collect()
-        dist.destroy_process_group()
