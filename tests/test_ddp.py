@@ -335,10 +335,15 @@ def test_teardown_releases_the_ddp_wrapper_before_exit(started: Any) -> None:
 
 
 def test_ddp_exit_check_tool_reports_clean_runs() -> None:
-    """tools/ddp_exit_check.py runs real 2-rank torchrun fits and reports each exit code (smoke: one run)."""
+    """tools/ddp_exit_check.py runs real 2-rank torchrun fits and reports each exit code (smoke: one FSDP run)."""
     tool = Path(__file__).resolve().parents[1] / "tools" / "ddp_exit_check.py"
     proc = subprocess.run(
-        [sys.executable, str(tool), "--runs", "1", "--json"], capture_output=True, text=True, timeout=300, check=False
+        [sys.executable, str(tool), "--runs", "1", "--strategy", "fsdp", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     report = json.loads(proc.stdout)
     assert report["runs"] == 1 and report["clean"] == 1 and proc.returncode == 0, report
+    assert report["strategy"] == "fsdp"

@@ -1,11 +1,12 @@
-"""Run many clean 2-rank ``torchrun`` DDP fits, optionally beside a CPU hog, and count the ones that exit non-zero.
+"""Run many clean 2-rank ``torchrun`` DDP (or FSDP) fits, optionally beside a CPU hog; count those that exit non-zero.
 
-    python tools/ddp_exit_check.py --runs 50 --hog
+    python tools/ddp_exit_check.py --runs 50 --hog [--strategy fsdp]
 
 A clean fit must exit 0 on every rank: a scheduler marks a job whose rank dies at
 interpreter exit (SIGABRT, "terminate called without an active exception") as failed.
 Prints ``{"runs": N, "clean": K, "failures": [...]}`` (``--json``) or a summary; exits 0
-iff K == N. Each fit trains the digits example for one short epoch on CPU over gloo.
+iff K == N. Each fit trains the digits example for one short epoch on CPU over gloo; the
+script keeps its module and trainer as globals to the end, as scripts do.
 """
 
 from __future__ import annotations
@@ -29,10 +30,11 @@ from interlock.examples.digits import DigitsClassifier, DigitsData
 
 data = DigitsData()
 trainer = interlock.Trainer(
-    strategy="ddp", devices=2, max_epochs=1, limit_train_batches=8, limit_val_batches=2,
+    strategy=sys.argv[2], devices=2, max_epochs=1, limit_train_batches=8, limit_val_batches=2,
     default_root_dir=sys.argv[1], seed=0,
 )
-trainer.fit(DigitsClassifier(), data.train_dataloader(), data.val_dataloader())
+model = DigitsClassifier()
+trainer.fit(model, data.train_dataloader(), data.val_dataloader())
 """
 
 
@@ -47,7 +49,7 @@ def _hog(stop: Any) -> None:  # pragma: no cover - a busy loop in another proces
         sum(i * i for i in range(10_000))
 
 
-def one(root: Path, timeout: float) -> dict[str, Any]:
+def one(root: Path, timeout: float, strategy: str = "ddp") -> dict[str, Any]:
     """One torchrun fit; its exit code and the tail of its output."""
     script = root / "fit.py"
     script.write_text(FIT)
@@ -59,6 +61,7 @@ def one(root: Path, timeout: float) -> dict[str, Any]:
         f"--master-port={_port()}",
         str(script),
         str(root / "out"),
+        strategy,
     ]
     t0 = time.perf_counter()
     try:
@@ -74,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=10, help="fits to run (default 10)")
     p.add_argument("--hog", action="store_true", help="keep one CPU busy in another process meanwhile")
     p.add_argument("--timeout", type=float, default=180.0, help="seconds one fit may take")
+    p.add_argument("--strategy", choices=("ddp", "fsdp"), default="ddp", help="the fits' strategy (default ddp)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     args = p.parse_args(argv)
     stop = multiprocessing.Event()
@@ -85,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for i in range(args.runs):
             with tempfile.TemporaryDirectory(prefix="ddp-exit-") as tmp:
-                result = one(Path(tmp), args.timeout)
+                result = one(Path(tmp), args.timeout, args.strategy)
             ok = result["rc"] == 0
             print(f"[{i + 1}/{args.runs}] exit {result['rc']} in {result['seconds']:.1f} s", file=sys.stderr)
             if not ok:
@@ -98,13 +102,15 @@ def main(argv: list[str] | None = None) -> int:
         "runs": args.runs,
         "clean": args.runs - len(failures),
         "hog": args.hog,
+        "strategy": args.strategy,
         "failures": failures,
         "seconds": round(time.perf_counter() - t0, 1),
     }
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        print(f"{report['clean']}/{report['runs']} clean 2-rank DDP fits" + (" beside a CPU hog" if args.hog else ""))
+        beside = " beside a CPU hog" if args.hog else ""
+        print(f"{report['clean']}/{report['runs']} clean 2-rank {args.strategy.upper()} fits{beside}")
         for f in failures:
             print(f"run {f['run']}: exit {f['rc']}\n{f['tail']}")
     return 0 if not failures else 1
