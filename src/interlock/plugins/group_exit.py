@@ -22,6 +22,7 @@ import importlib
 import sys
 import time
 import weakref
+from pathlib import Path
 
 import torch.distributed as dist
 import torch.distributed.nn.functional  # noqa: F401  (see the module docstring)
@@ -32,19 +33,22 @@ _LRU = type(functools.lru_cache(None)(lambda: None))
 _PACKAGE = "torch.distributed.tensor"
 
 
-#: Seconds the GIL is left free after destroying a group that something still holds.
-GRACE_S = 0.1
+#: Longest wait, in seconds, for a group that something still holds to have no runnable thread.
+IDLE_WAIT_S = 2.0
+_TASKS = Path("/proc/self/task")
 
 
 def destroy_group_at_exit() -> None:
     """Free what holds the default group, destroy it, and collect it (joining its threads).
 
     When something still holds it (a module the script keeps, sharded by FSDP, holds its mesh),
-    its threads live on: the GIL is then left free for :data:`GRACE_S`, so a thread still
-    releasing a finished collective can finish before the interpreter finalizes.
+    its threads live on: the GIL is then left free until none of them is runnable
+    (:func:`wait_idle`), so one still releasing a finished collective finishes first.
     """
+    if not dist.is_initialized():
+        return
     world = dist.group.WORLD
-    if world is None or not dist.is_initialized():
+    if world is None:
         return
     clear_dtensor_caches()
     gc.collect()
@@ -53,7 +57,40 @@ def destroy_group_at_exit() -> None:
     dist.destroy_process_group()
     gc.collect()
     if held() is not None:
-        time.sleep(GRACE_S)
+        wait_idle()
+
+
+def wait_idle(tasks: Path = _TASKS, deadline_s: float = IDLE_WAIT_S, poll_s: float = 0.01) -> bool:
+    """Sleep (the GIL free) until no gloo thread is runnable at two polls in a row; False at the deadline.
+
+    A gloo worker preempted before it dropped its last collective is runnable; one waiting for
+    the GIL becomes runnable when this thread sleeps. Without ``/proc`` it sleeps ``poll_s * 10``.
+    """
+    if not tasks.is_dir():
+        time.sleep(poll_s * 10)
+        return True
+    end, quiet = time.monotonic() + deadline_s, 0
+    while quiet < 2:
+        if time.monotonic() >= end:
+            return False
+        time.sleep(poll_s)
+        quiet = 0 if runnable_gloo_threads(tasks) else quiet + 1
+    return True
+
+
+def runnable_gloo_threads(tasks: Path = _TASKS) -> list[str]:
+    """The ids of this process's gloo threads (by name) whose state is R (running or runnable)."""
+    found = []
+    for task in tasks.iterdir():
+        try:
+            if "gloo" not in (task / "comm").read_text():
+                continue
+            state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]  # "pid (comm) S ..."
+        except (OSError, IndexError):  # the thread ended meanwhile
+            continue
+        if state == "R":
+            found.append(task.name)
+    return found
 
 
 def clear_dtensor_caches() -> None:
@@ -65,7 +102,7 @@ def clear_dtensor_caches() -> None:
     module clears (Python and C++) and the redistribution planner cache.
     """
     for obj in gc.get_objects():
-        if isinstance(obj, _LRU) and str(getattr(obj, "__module__", "")).startswith(_PACKAGE):
+        if type(obj) is _LRU and str(getattr(obj, "__module__", "")).startswith(_PACKAGE):  # type(): no proxy asked
             obj.cache_clear()
     if f"{_PACKAGE}._api" not in sys.modules:  # no DTensor was made: nothing cached
         return
