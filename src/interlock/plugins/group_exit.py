@@ -12,6 +12,10 @@ destroying it this frees what did in practice:
   arguments when first imported (DDP imports it): imported here, before any group;
 * DTensor's caches (sharding propagation, redistribution plans, mesh topology),
   which hold FSDP's device mesh and through it the group: emptied.
+
+(Each stage's ``data.teardown`` drops the last loss, whose graph held FSDP's modules.) What
+the script itself still holds at exit, such as a global module sharded by FSDP, keeps the
+group alive; then :func:`wait_idle` lets its threads finish before the interpreter finalizes.
 """
 
 from __future__ import annotations
