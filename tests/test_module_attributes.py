@@ -136,6 +136,51 @@ def test_an_unknown_attribute_is_still_a_plain_attribute_error() -> None:
         TinyModule().nope  # noqa: B018
 
 
+_KINDS = st.sampled_from(["parameter", "buffer", "module", "none_buffer", "none_module"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from(["a", "b", "net", "w", "lin", "mask"]), _KINDS, max_size=5),
+    st.sampled_from(["a", "b", "net", "w", "lin", "mask", "missing"]),
+)
+def test_attribute_lookup_finds_what_torch_finds(registered: dict[str, str], name: str) -> None:
+    """Parameters, buffers and submodules (None ones too) are found as torch.nn.Module finds them; misses still miss."""
+    m, twin = interlock.Module(), torch.nn.Module()
+    for target in (m, twin):
+        for key, kind in registered.items():
+            if kind == "parameter":
+                target.register_parameter(key, torch.nn.Parameter(torch.ones(1)))
+            elif kind == "buffer":
+                target.register_buffer(key, torch.zeros(1))
+            elif kind == "module":
+                target.add_module(key, torch.nn.Identity())
+            elif kind == "none_buffer":
+                target.register_buffer(key, None)
+            else:
+                target.add_module(key, None)
+    if name not in registered:
+        with pytest.raises(AttributeError, match=f"has no attribute '{name}'"):
+            getattr(m, name)
+        return
+    got, expected = getattr(m, name), getattr(twin, name)
+    assert type(got) is type(expected)
+    kind = registered[name]
+    where = "_parameters" if kind == "parameter" else "_buffers" if "buffer" in kind else "_modules"
+    assert got is getattr(m, where)[name]
+
+
+def test_attribute_lookup_before_torch_sets_up_its_dicts_is_an_attribute_error() -> None:
+    """A name read in __init__ before Module.__init__ ran is an AttributeError (as in torch), so hasattr is False."""
+
+    class Early(interlock.Module):
+        def __init__(self) -> None:
+            self.seen = hasattr(self, "net")
+            super().__init__()
+
+    assert Early().seen is False
+
+
 def test_hparams_initial_is_a_copy() -> None:
     """hparams_initial equals hparams and changing it leaves hparams alone."""
 
