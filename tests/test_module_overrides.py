@@ -115,6 +115,16 @@ class ClipOwn(Body):
             self.clip_gradients(optimizer, gradient_clip_val=value, gradient_clip_algorithm=algorithm)  # type: ignore[attr-defined]
 
 
+class ClipBare(Body):
+    """configure_gradient_clipping calling clip_gradients(optimizer) alone: the Trainer's value and algorithm apply."""
+
+    def configure_gradient_clipping(
+        self, optimizer: Any, gradient_clip_val: Any = None, gradient_clip_algorithm: Any = None
+    ) -> None:
+        self.calls.append("clip")
+        self.clip_gradients(optimizer)  # type: ignore[attr-defined]
+
+
 class SchedOwn(Body):
     """A step-interval scheduler stepped by lr_scheduler_step only every other call."""
 
@@ -169,6 +179,11 @@ CASES = {
         type("ClipAdam", (ClipOwn,), {"optimizer_name": "adam"}),
         {"accumulate_grad_batches": 2},
     ),
+    "clip-bare-trainer-norm": (ClipBare, {"gradient_clip_val": 0.05}),
+    "clip-bare-trainer-value": (ClipBare, {"gradient_clip_val": 0.05, "gradient_clip_algorithm": "value"}),
+    "clip-bare-no-flags": (ClipBare, {}),
+    "clip-flag-zero": (WarmUp, {"gradient_clip_val": 0.0}),
+    "clip-flag-zero-int": (Body, {"gradient_clip_val": 0}),
     "lr-scheduler-step-own": (SchedOwn, {}),
     "lbfgs": (Lbfgs, {}),
 }
@@ -227,3 +242,59 @@ def test_manual_backward_goes_through_the_modules_backward(tmp_path: Path) -> No
     interlock_trainer(tmp_path / "il", max_epochs=1).fit(port, loader())
     assert_same_weights(lit, port)
     assert port.calls.count("backward") == 6 and port.calls == lit.calls
+
+
+class ManualClip(Body):
+    """Manual optimization clipping in training_step with clip_gradients(opt, value, algorithm)."""
+
+    automatic_optimization = False
+    clip: tuple[Any, Any] = (0.01, "value")
+
+    def training_step(self, batch: Any, batch_idx: int) -> None:  # type: ignore[override]
+        opt = self.optimizers()  # type: ignore[attr-defined]
+        opt.zero_grad()
+        self.manual_backward(super().training_step(batch, batch_idx))  # type: ignore[attr-defined]
+        value, algorithm = self.clip
+        self.clip_gradients(opt, gradient_clip_val=value, gradient_clip_algorithm=algorithm)  # type: ignore[attr-defined]
+        opt.step()
+
+
+@pytest.mark.parametrize("clip", [(0.01, "Value"), (0.01, "NORM"), (0, None), (0.0, "value"), (None, None)])
+def test_clip_gradients_follows_lightnings_rules(clip: tuple[Any, Any], tmp_path: Path) -> None:
+    """clip_gradients: the algorithm in any case, 0 or no value clips nothing; weights bitwise as Lightning's."""
+    body = type("Clip", (ManualClip,), {"clip": clip})
+    lit, port = twins(body)
+    lightning_trainer(tmp_path / "pl", max_epochs=1, num_sanity_val_steps=0).fit(lit, loader())
+    interlock_trainer(tmp_path / "il", max_epochs=1).fit(port, loader())
+    assert_same_weights(lit, port)
+
+
+@pytest.mark.parametrize(
+    ("flags", "call", "match"),
+    [
+        ({"gradient_clip_val": 0.5}, {"gradient_clip_val": 0.01}, "gradient_clip_val"),
+        ({"gradient_clip_algorithm": "value"}, {"gradient_clip_algorithm": "norm"}, "gradient_clip_algorithm"),
+        ({}, {"gradient_clip_val": "0.5"}, "int or a float"),
+    ],
+)
+def test_clip_gradients_refuses_what_lightning_refuses(
+    flags: dict[str, Any], call: dict[str, Any], match: str, tmp_path: Path
+) -> None:
+    """A value or algorithm the Trainer sets differently, or a value that is not a number: an error, as in Lightning."""
+
+    class Conflict(Body):
+        def configure_gradient_clipping(self, optimizer: Any, *args: Any, **kwargs: Any) -> None:
+            self.clip_gradients(optimizer, **call)  # type: ignore[attr-defined]
+
+    lit, port = twins(Conflict)
+    with pytest.raises(Exception, match=match) as lightning_error:
+        lightning_trainer(tmp_path / "pl", max_epochs=1, num_sanity_val_steps=0, **flags).fit(lit, loader())
+    expected = TypeError if isinstance(lightning_error.value, TypeError) else ValueError
+    with pytest.raises(expected, match=match):
+        interlock_trainer(tmp_path / "il", max_epochs=1, **flags).fit(port, loader())
+
+
+def test_negative_gradient_clip_val_is_refused() -> None:
+    """A negative gradient_clip_val is an error naming None or 0 for no clipping (Lightning ignores it silently)."""
+    with pytest.raises(ValueError, match=r"None or 0 \(no clipping"):
+        interlock.Trainer(gradient_clip_val=-1.0)

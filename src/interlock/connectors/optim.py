@@ -265,19 +265,21 @@ def module_step_action(run: Run) -> Callable[[], None]:
     by_norm = cfg.gradient_clip_algorithm == "norm"
 
     def clip(optimizer: torch.optim.Optimizer) -> None:
-        if custom_clip or cfg.gradient_clip_val is not None:
+        if custom_clip or cfg.clip_val is not None:
             precision.unscale_gradients(optimizer)
         if custom_clip:
-            algorithm = cfg.gradient_clip_algorithm if cfg.gradient_clip_val is not None else None  # Lightning: unset
+            # Lightning passes its Trainer's algorithm, None unless one was passed ("value" always was)
+            passed = cfg.gradient_clip_val is not None or cfg.gradient_clip_algorithm != "norm"
+            algorithm = cfg.gradient_clip_algorithm if passed else None
             module.configure_gradient_clipping(
                 optimizer, gradient_clip_val=cfg.gradient_clip_val, gradient_clip_algorithm=algorithm
             )
-        elif cfg.gradient_clip_val is not None:
+        elif cfg.clip_val is not None:
             params = [p for group in optimizer.param_groups for p in group["params"]]
             if by_norm:
-                torch.nn.utils.clip_grad_norm_(params, cfg.gradient_clip_val)
+                torch.nn.utils.clip_grad_norm_(params, cfg.clip_val)
             else:
-                torch.nn.utils.clip_grad_value_(params, cfg.gradient_clip_val)
+                torch.nn.utils.clip_grad_value_(params, cfg.clip_val)
 
     def optimizer_step(optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None) -> Any:
         def wrapped() -> Any:
@@ -375,7 +377,7 @@ def register(reg: Registry) -> None:
                         "only (as in Lightning); remove the listener, or accumulate in training_step"
                     )
                 flags = [f"accumulate_grad_batches={cfg.accumulate_grad_batches}"] * (cfg.accumulate_grad_batches != 1)
-                flags += [f"gradient_clip_val={cfg.gradient_clip_val}"] * (cfg.gradient_clip_val is not None)
+                flags += [f"gradient_clip_val={cfg.gradient_clip_val}"] * (cfg.clip_val is not None)
                 if flags:
                     raise ValueError(
                         f"{type(module).__name__} uses manual optimization (automatic_optimization = False), so "
@@ -444,9 +446,7 @@ def register(reg: Registry) -> None:
         if custom or any(_needs_closure(o) for o in optim.optimizers):
             stepper = module_step_action(run)
         else:
-            stepper = precision.step_action(
-                optim.optimizers, cfg.gradient_clip_val, cfg.gradient_clip_algorithm == "norm"
-            )
+            stepper = precision.step_action(optim.optimizers, cfg.clip_val, cfg.gradient_clip_algorithm == "norm")
             if precision.uses_scaler:  # a step that returned None made no gradient to unscale: Lightning skips it
                 scaled = stepper
 

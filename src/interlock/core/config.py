@@ -55,8 +55,8 @@ def _choice(*choices: Any) -> Any:
 
 
 def _clip(_: Any, a: attrs.Attribute[Any], v: Any) -> None:
-    if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < math.inf):
-        raise _bad(a.name, v, "expected None (no clipping) or a finite number > 0, such as 1.0")
+    if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < math.inf):
+        raise _bad(a.name, v, "expected None or 0 (no clipping, as in Lightning) or a finite number > 0, such as 1.0")
 
 
 def _max_epochs(_: Any, a: attrs.Attribute[Any], v: Any) -> None:
@@ -118,6 +118,11 @@ class TrainerConfig:
             return 1 if self.fast_dev_run is True else int(self.fast_dev_run)
         limit: int | float | None = getattr(self, f"limit_{stage}_batches")
         return limit
+
+    @property
+    def clip_val(self) -> float | None:
+        """The value gradients are clipped at, or None: ``gradient_clip_val`` 0 clips nothing (Lightning's rule)."""
+        return self.gradient_clip_val or None
 
     def can_stop(self, epochs_done: int, global_step: int) -> bool:
         """Whether a stop request may end the fit now: ``min_epochs`` and ``min_steps`` are reached (Lightning)."""

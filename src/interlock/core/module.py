@@ -456,18 +456,47 @@ class Module(HyperparametersMixin, torch.nn.Module):
     def clip_gradients(
         self, optimizer: Any, gradient_clip_val: float | None = None, gradient_clip_algorithm: str | None = None
     ) -> None:
-        """Clip the gradients of ``optimizer``'s parameters (``"norm"``, the default, or ``"value"``)."""
+        """Clip the gradients of ``optimizer``'s parameters (``"norm"``, the default, or ``"value"``), as Lightning's.
+
+        In a run, a value or algorithm not given is the Trainer's (``gradient_clip_val``,
+        ``gradient_clip_algorithm``), and one the Trainer sets differently is an error: use only one
+        of them. A value of 0 (or less) clips nothing.
+        """
+        view = self.__dict__.get("_interlock_view")
+        flags = view.trainer() if view is not None and view.trainer is not None else None
+        set_val = None if flags is None else flags.gradient_clip_val
+        set_algorithm = None if flags is None else flags.gradient_clip_algorithm  # None unless one was passed
         if gradient_clip_val is None:
+            gradient_clip_val = set_val or 0.0
+        elif set_val is not None and set_val != gradient_clip_val:
+            raise ValueError(
+                f"Trainer(gradient_clip_val={set_val!r}) is set and clip_gradients(gradient_clip_val="
+                f"{gradient_clip_val!r}) was passed: use only one of them (as Lightning requires)"
+            )
+        if gradient_clip_algorithm is None:
+            algorithm = set_algorithm or "norm"
+        else:
+            algorithm = str(gradient_clip_algorithm).lower()
+            if set_algorithm is not None and set_algorithm != algorithm:
+                raise ValueError(
+                    f"Trainer(gradient_clip_algorithm={set_algorithm!r}) is set and clip_gradients("
+                    f"gradient_clip_algorithm={gradient_clip_algorithm!r}) was passed: use only one of them "
+                    "(as Lightning requires)"
+                )
+        if isinstance(gradient_clip_val, bool) or not isinstance(gradient_clip_val, int | float):
+            raise TypeError(f"clip_gradients(gradient_clip_val={gradient_clip_val!r}): expected an int or a float")
+        if algorithm not in ("norm", "value"):
+            raise ValueError(
+                f"clip_gradients(gradient_clip_algorithm={gradient_clip_algorithm!r}): choose 'norm' or 'value'"
+            )
+        if gradient_clip_val <= 0:
             return
         optimizer = getattr(optimizer, "optimizer", optimizer)
         params = [p for g in optimizer.param_groups for p in g["params"]]
-        algorithm = gradient_clip_algorithm or "norm"
         if algorithm == "norm":
             torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)
-        elif algorithm == "value":
-            torch.nn.utils.clip_grad_value_(params, gradient_clip_val)
         else:
-            raise ValueError(f"gradient_clip_algorithm={algorithm!r}; choose 'norm' or 'value'")
+            torch.nn.utils.clip_grad_value_(params, gradient_clip_val)
 
     # -- Lightning's overridable steps: called only when a subclass overrides them (overrides()) ------
     def optimizer_step(

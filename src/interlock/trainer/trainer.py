@@ -61,7 +61,7 @@ class Trainer:
         check_val_every_n_epoch: Validate every N epochs (``None``: count ``val_check_interval`` across epochs).
         num_sanity_val_steps: Validation batches run before training (``-1``: all, ``0``: none).
         accumulate_grad_batches: Accumulate gradients over this many batches per optimizer step.
-        gradient_clip_val: Clip gradients to this norm or value (``None``: no clipping).
+        gradient_clip_val: Clip gradients to this norm or value (``None`` or 0: no clipping).
         gradient_clip_algorithm: ``"norm"`` or ``"value"``.
         accelerator: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"gpu"`` or ``"mps"``.
         devices: Device count, indices (``[0, 1]``, ``"0,1"``), ``"auto"`` or ``-1`` (all).
