@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import interlock
-from _lightning_twin import LitTwin, Twin, interlock_trainer, lightning_trainer, loader
+from _lightning_twin import LitTwin, Twin, interlock_trainer, lightning_trainer, loader, pl
 from interlock.listeners import ModelCheckpoint
 
 
@@ -140,3 +140,84 @@ def test_ckpt_path_best_tests_the_best_checkpoint_of_this_trainers_fit(tmp_path:
     fresh = interlock_trainer(tmp_path / "fresh", listeners=[ModelCheckpoint(monitor="val_loss")])
     with pytest.raises(interlock.CheckpointError, match="has saved no checkpoint yet"):
         fresh.predict(Twin(), loader(4), ckpt_path="best")
+
+
+class _EpochLogs:
+    """Logs at a loop's start, in each step, and at its end (a mean over every loader's batches)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.layer = torch.nn.Linear(3, 1)
+        self.losses: list[torch.Tensor] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(x)  # type: ignore[no-any-return]
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return torch.nn.functional.mse_loss(self(batch[0]), batch[1])
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.1)  # type: ignore[attr-defined]
+
+    def on_validation_epoch_start(self) -> None:
+        self.log("start", 2.0)  # type: ignore[attr-defined]
+
+    def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        loss = torch.nn.functional.mse_loss(self(batch[0]), batch[1])
+        self.losses.append(loss)
+        self.log("vl", loss)  # type: ignore[attr-defined]
+
+    def on_validation_epoch_end(self) -> None:
+        self.log("mean", torch.stack(self.losses).mean(), prog_bar=True)  # type: ignore[attr-defined]
+        self.losses.clear()
+
+    on_test_epoch_start, test_step, on_test_epoch_end = (
+        on_validation_epoch_start,
+        validation_step,
+        on_validation_epoch_end,
+    )
+
+
+def _epoch_logs_run(trainer: Any, module: Any) -> list[Any]:
+    """fit with two validation loaders, then validate and test with two: what each call returned and the metrics."""
+    trainer.fit(module, loader(8, batch_size=4), two_loaders())
+    metrics = trainer.callback_metrics if isinstance(trainer, pl.Trainer) else trainer.state.metrics
+    out: list[Any] = [{k: float(v) for k, v in metrics.items()}]
+    out.append(trainer.validate(module, two_loaders(), verbose=False))
+    out.append(trainer.test(module, two_loaders(), verbose=False))
+    return out
+
+
+def test_what_a_loops_epoch_hooks_log_belongs_to_every_loader_as_lightning(tmp_path: Path) -> None:
+    """Logged at a loop's start or end with several loaders: no /dataloader_idx_N, in every loader's results."""
+    lit = type("LitEpochLogs", (_EpochLogs, pl.LightningModule), {})()
+    port = type("EpochLogs", (_EpochLogs, interlock.Module), {})()
+    flags = {"max_epochs": 2, "num_sanity_val_steps": 0}
+    expected = _epoch_logs_run(lightning_trainer(tmp_path / "pl", **flags), lit)
+    got = _epoch_logs_run(interlock_trainer(tmp_path / "il", **flags), port)
+    assert [set(d) for d in got[1] + got[2]] == [set(d) for d in expected[1] + expected[2]]
+    assert all("start" in d and "mean" in d for d in got[1] + got[2])
+    for mine, theirs in zip(got[1] + got[2], expected[1] + expected[2], strict=True):
+        assert mine == pytest.approx(theirs, rel=1e-6)
+    fit_metrics = {k: v for k, v in got[0].items() if k in expected[0]}
+    assert set(fit_metrics) == set(expected[0]) and fit_metrics == pytest.approx(expected[0], rel=1e-6)
+
+
+def test_lightning_loggers_get_one_row_per_evaluation_of_several_loaders(tmp_path: Path) -> None:
+    """Lightning's CSVLogger file with two validation loaders: one row per evaluation, byte for byte Lightning's."""
+    from interlock.lightning.loggers import CSVLogger
+
+    texts = []
+    for side, make_logger, body in (
+        ("pl", pl.loggers.CSVLogger, pl.LightningModule),
+        ("il", CSVLogger, interlock.Module),
+    ):
+        logger = make_logger(str(tmp_path / side), name="exp")
+        flags = {"max_epochs": 2, "num_sanity_val_steps": 0, "enable_progress_bar": False, "logger": logger}
+        common = {"accelerator": "cpu", "default_root_dir": str(tmp_path / side), "enable_checkpointing": False}
+        trainer: Any = pl.Trainer(**flags, **common) if side == "pl" else interlock.Trainer(**flags, **common)
+        _epoch_logs_run(trainer, type(f"{side}EpochLogs", (_EpochLogs, body), {})())
+        texts.append((Path(logger.log_dir) / "metrics.csv").read_text())
+    assert texts[0] == texts[1]
+    assert "vl/dataloader_idx_1" in texts[1].splitlines()[0]

@@ -129,15 +129,20 @@ class RestoreMetrics(Change):
 
 @attrs.frozen
 class AddLogged(Change):
-    """Fold epoch-level logged values into ``state.logged`` (``items`` empty and ``clear``: drop a loop's)."""
+    """Fold epoch-level logged values into ``state.logged`` (``items`` empty and ``clear``: drop a loop's).
+
+    ``keep_every``: the clear keeps what the evaluation's epoch hooks logged (it belongs to every loader).
+    """
 
     items: tuple[tuple[str, Mapping[str, Any]], ...] = ()
     clear: str = ""
+    keep_every: bool = False
 
     def changes(self, state: TrainerState) -> dict[str, Any]:
         logged = dict(state.logged)
         if self.clear:
-            logged = {k: v for k, v in logged.items() if not k.startswith(f"{self.clear}/")}
+            prefix, keep = f"{self.clear}/", self.keep_every
+            logged = {k: v for k, v in logged.items() if not k.startswith(prefix) or (keep and v.get("every_loader"))}
         for key, new in self.items:
             old = logged.get(key)
             if old is None:
@@ -257,7 +262,11 @@ def take(
             }
         else:
             continue
-        items.append((f"{loop}/{e.name}", row if e.add_idx else {**row, "add_idx": False}))
+        if loop == "eval" and len(defaults) > 2:  # an evaluation's epoch hook: every loader's (Lightning's)
+            row = {**row, "add_idx": False, "every_loader": True}
+        elif not e.add_idx:
+            row = {**row, "add_idx": False}
+        items.append((f"{loop}/{e.name}", row))
     out: list[Update] = []
     if step_metrics:  # an evaluation's step values go to the bar and the loggers, not to callbacks (Lightning's)
         callbacks = dict.fromkeys(step_metrics, False) if loop == "eval" else {}
@@ -279,6 +288,8 @@ class EpochLogged(NamedTuple):
     shown: dict[str, bool]
     #: the names that get no ``/dataloader_idx_N`` with several loaders (``add_dataloader_idx=False``)
     plain: frozenset[str] = frozenset()
+    #: the names logged in an evaluation's epoch hook: no loader's, so in every loader's results (Lightning's)
+    every: frozenset[str] = frozenset()
 
     def loader_name(self, name: str, idx: int) -> str:
         """``name`` as logged for evaluation loader ``idx`` of several: Lightning's ``/dataloader_idx_N`` added."""
@@ -315,6 +326,7 @@ def epoch_values(state: TrainerState, loop: str, computed: Mapping[str, float] |
     hidden: set[str] = set()
     shown: dict[str, bool] = {}
     plain: set[str] = set()
+    every: set[str] = set()
     prefix = f"{loop}/"
     for key, row in state.logged.items():
         if not key.startswith(prefix):
@@ -330,6 +342,8 @@ def epoch_values(state: TrainerState, loop: str, computed: Mapping[str, float] |
         values[name], shown[name] = value, bool(row["prog_bar"])
         if row.get("add_idx") is False:
             plain.update((name, str(row.get("forked") or name)))
+        if row.get("every_loader"):
+            every.add(name)
         if row["sync_dist"]:
             sync.add(name)
         if not row["logger"]:
@@ -340,7 +354,7 @@ def epoch_values(state: TrainerState, loop: str, computed: Mapping[str, float] |
             hidden.add(str(forked))
             if row["sync_dist"]:
                 sync.add(str(forked))
-    return EpochLogged(values, sync, hidden, shown, frozenset(plain))
+    return EpochLogged(values, sync, hidden, shown, frozenset(plain), frozenset(every))
 
 
 def scalars(outputs: Any, prefix: str) -> dict[str, float]:

@@ -18,7 +18,7 @@ from interlock.core.config import TrainerConfig
 from interlock.core.events import Event, Handler, Listener, listen
 from interlock.core.state import TrainerState
 from interlock.core.updates import SetListenerState
-from interlock.listeners._util import is_rank_zero, row_metrics, stage_starts
+from interlock.listeners._util import ROW_KEYS, is_rank_zero, row_metrics, stage_starts
 
 __all__ = ["LoggerListener", "TrackingLogger", "available", "require"]
 
@@ -308,7 +308,8 @@ class TrackingLogger(LoggerListener):
             # Lightning's epoch rows hold what the module logged on epoch: not a scalar a step only returned
             # (to_callbacks False), nor the latest value of a name logged on step only
             skip = self._step_names | {k for k, shown in state.to_callbacks.items() if not shown}
-            batches = [m for m in (self._row(row, epoch, skip) for row in rows) if set(m) - {self._name("epoch")}]
+            merged = _one_per_loop(rows)
+            batches = [m for m in (self._row(row, epoch, skip) for row in merged) if set(m) - {self._name("epoch")}]
 
             def send() -> None:
                 for metrics in batches:
@@ -369,6 +370,24 @@ class TrackingLogger(LoggerListener):
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_run_id": None}
+
+
+def _one_per_loop(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The rows as Lightning's loggers get them: an evaluation's loaders in one row (one ``log_metrics`` call).
+
+    interlock's history keeps a row per evaluation loader; consecutive evaluation rows of one stage at one
+    position (its loaders, one after the other) are merged. Training rows stay as they are.
+    """
+    out: list[Mapping[str, Any]] = []
+    for row in rows:
+        last = out[-1] if out else None
+        same = last is not None and all(last.get(k) == row.get(k) for k in ROW_KEYS)
+        if same and row.get("stage") != "train":
+            assert last is not None
+            out[-1] = {**last, **row}
+        else:
+            out.append(row)
+    return out
 
 
 def _relative(path: str, run_dir: str) -> str:

@@ -324,9 +324,9 @@ def register(reg: Registry) -> None:
             returned = logged.returned(metrics, run.facts)  # not Lightning's callback_metrics
             metrics.update(logged.values)
             hidden, shown, loggers = logged.hidden, logged.shown, logged.to_loggers
-            idx = run.counters.eval_loader
-            if loader_count(run.feeds, key) > 1:
-                _no_repeat(logged.plain, run.facts.loader_results[:idx], idx)
+            idx, count = run.counters.eval_loader, loader_count(run.feeds, key)
+            if count > 1:
+                _no_repeat(logged.plain - logged.every, run.facts.loader_results[:idx], idx)
                 metrics = {logged.loader_name(k, idx): v for k, v in metrics.items()}
                 returned = {logged.loader_name(k, idx): v for k, v in returned.items()}
                 named = logged.for_loader(idx)
@@ -334,11 +334,16 @@ def register(reg: Registry) -> None:
             c = run.counters
             kept = {k: v for k, v in metrics.items() if k not in hidden}
             row = {"stage": prefix, "epoch": c.epoch, "global_step": c.global_step, **kept}
+            # what the loop's epoch hooks logged belongs to no loader: Lightning returns it in every loader's results
+            # (kept for the loaders to come; given to those done)
+            every = {k: metrics[k] for k in logged.every if k in metrics} if idx else {}
+            earlier = [SetLoaderResults(i, {**r, **every}) for i, r in enumerate(run.facts.loader_results[:idx])]
             return [
                 LogMetrics(metrics, shown, loggers, returned),
                 AppendHistory(row),
                 AddEvalSums(None),
-                AddLogged(clear="eval"),
+                AddLogged(clear="eval", keep_every=idx + 1 < count),
+                *(earlier if every else ()),
                 SetLoaderResults(idx, metrics),
             ]
 
