@@ -428,6 +428,30 @@ def test_resuming_past_max_steps_says_there_is_nothing_to_train(
     assert "nothing to train: global step 4 has reached max_steps=3; raise max_steps" in capsys.readouterr().err
 
 
+def test_resuming_a_stopped_run_trains_nothing_and_names_the_way_to_train_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run stopped by a listener resumes stopped (the flag is saved) and says how to train its model further."""
+
+    class StopAfterFirstEpoch(interlock.Listener):
+        @interlock.listen("#epoch_end")
+        def stop(self, event: Any, state: Any) -> Any:
+            return interlock.Stop(reason="enough") if state.epoch == 0 else None
+
+    first = interlock.Trainer(
+        max_epochs=5, **only(ModelCheckpoint(save_last=True), StopAfterFirstEpoch()), default_root_dir=tmp_path
+    )
+    first.fit(TinyModule(), loader())
+    assert (first.state.epoch, first.state.should_stop) == (0, True)
+    capsys.readouterr()
+    again = interlock.Trainer(max_epochs=5, **only(), default_root_dir=tmp_path)
+    again.fit(TinyModule(), loader(), ckpt_path="last")
+    assert again.state.global_step == first.state.global_step
+    err = capsys.readouterr().err
+    assert "nothing to train: the run had stopped (enough) and stays stopped" in err
+    assert "Module.load_from_checkpoint(path)" in err
+
+
 @settings(max_examples=30, deadline=None)
 @given(
     value=st.one_of(

@@ -343,7 +343,10 @@ def nothing_to_train(state: TrainerState, config: TrainerConfig, at_epoch_end: b
         return ""
     if state.should_stop:
         reason = state.stop_reason or "a stop was requested"
-        return f"the run had stopped ({reason}) and stays stopped"
+        return (
+            f"the run had stopped ({reason}) and stays stopped; to train its model further, start a new fit from "
+            "its weights (Module.load_from_checkpoint(path))"
+        )
     epochs = config.epochs
     if epochs is not None and state.epoch + 1 >= epochs:
         return f"epoch {state.epoch} was the last of max_epochs={epochs}; raise max_epochs to train further"
