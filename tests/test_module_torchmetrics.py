@@ -79,6 +79,25 @@ def test_metric_values_match_lightning(tmp_path: Path) -> None:
     assert not port.test_metrics["acc"]._update_count  # reset after the test epoch
 
 
+def test_a_metric_updated_in_the_sanity_check_starts_validation_afresh_as_lightning(tmp_path: Path) -> None:
+    """The sanity check resets the metric objects it logged: each validation's value is its own, as Lightning's."""
+    seen: list[float] = []
+
+    class Record(pl.Callback):  # type: ignore[misc,name-defined]
+        def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+            if not trainer.sanity_checking:
+                seen.append(float(trainer.callback_metrics["val_acc"]))
+
+    lit = type("Lit", (Body, pl.LightningModule), {})()
+    port = type("Port", (Body, interlock.Module), {})()
+    lt = lightning_trainer(tmp_path / "pl", max_epochs=2, num_sanity_val_steps=2, callbacks=[Record()])
+    lt.fit(lit, loader(64, 8, shuffle=False), loader(32, 8, seed=1))
+    it = interlock_trainer(tmp_path / "il", max_epochs=2, num_sanity_val_steps=2)
+    it.fit(port, loader(64, 8, shuffle=False), loader(32, 8, seed=1))
+    mine = [row["val_acc"] for row in it.state.history if "val_acc" in row]
+    assert len(seen) == 2 and mine == pytest.approx(seen, abs=1e-7)
+
+
 def test_a_collection_in_self_log_names_log_dict() -> None:
     """self.log(name, MetricCollection) is refused naming log_dict (Lightning refuses it too)."""
     m = interlock.Module()

@@ -63,22 +63,36 @@ def batch_size(batch: Any) -> int:
     return 1
 
 
+def _logged_metrics(run: Run, loop: str) -> list[tuple[Mapping[str, Any], Any]]:
+    """The torchmetrics metrics logged in ``loop`` this epoch, each with its row; no longer live once taken."""
+    live = run.module.__dict__.get("_interlock_metrics")
+    if not live:
+        return []
+    prefix, out = f"{loop}/", []
+    for key, row in run.facts.logged.items():
+        if key.startswith(prefix) and row.get("metric"):
+            metric = live.pop(str(row["metric"]), None)
+            if metric is not None:
+                out.append((row, metric))
+    return out
+
+
+def reset_logged_metrics(run: Run, loop: str) -> None:
+    """Reset the torchmetrics metrics logged in ``loop`` without computing them (a sanity check's, as Lightning)."""
+    for _, metric in _logged_metrics(run, loop):
+        metric.reset()
+
+
 def logged_values(run: Run, loop: str) -> EpochLogged:
     """What the module logged in ``loop`` this epoch, with the names kept from loggers and shown on the bar.
 
     ``sync_dist`` values are averaged over processes.
     Names logged with ``logger=False`` stay in ``state.metrics`` but not in the history rows.
     """
-    live = run.module.__dict__.get("_interlock_metrics")
     computed = None
-    if live:  # torchmetrics metrics logged on epoch: compute() then reset(), as Lightning (each syncs itself)
-        prefix = f"{loop}/"
-        rows = [r for k, r in run.facts.logged.items() if k.startswith(prefix) and r.get("metric")]
+    if run.module.__dict__.get("_interlock_metrics"):  # logged torchmetrics: compute() then reset(), as Lightning
         computed = {}
-        for row in rows:
-            metric = live.pop(str(row["metric"]), None)
-            if metric is None:
-                continue
+        for row, metric in _logged_metrics(run, loop):  # each syncs itself
             if not row.get("step_only"):
                 computed[str(row["metric"])] = float(metric.compute())
             metric.reset()

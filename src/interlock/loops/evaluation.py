@@ -29,7 +29,7 @@ import torch
 from interlock.connectors.callbacks import module_writes
 from interlock.connectors.data import Feed, feed_key, loader_count
 from interlock.connectors.hardware_slot import HardwareSlot
-from interlock.connectors.metrics import batch_size, logged_values, scalars
+from interlock.connectors.metrics import batch_size, logged_values, reset_logged_metrics, scalars
 from interlock.core import reduce32
 from interlock.core.config import TrainerConfig
 from interlock.core.logging import AddLogged, RestoreMetrics, take
@@ -314,7 +314,8 @@ def register(reg: Registry) -> None:
         key = str(params.get("data", ""))
 
         def act() -> list[Update]:
-            if not prefix:
+            if not prefix:  # the sanity check: what it logged is dropped, its metric objects reset (Lightning's)
+                reset_logged_metrics(run, "eval")
                 return [AddEvalSums(None), AddLogged(clear="eval")]
             metrics = means(run.facts.eval_sums, _f64(run))
             reduce = run.dist.reduce_metrics if run.dist is not None else None
