@@ -195,6 +195,19 @@ def test_logger_false_writes_no_metrics_file(tmp_path: Path) -> None:
         assert (trainer.run_dir / "metrics.csv").exists() is logger
 
 
+def test_fast_dev_run_logs_nothing_as_lightning(tmp_path: Path) -> None:
+    """fast_dev_run: the loggers write nothing (Lightning's DummyLogger), the default CSV and a TensorBoard alike."""
+    from interlock.lightning.loggers import TensorBoardLogger
+
+    for logger in (True, TensorBoardLogger(str(tmp_path / "tb"))):
+        root = tmp_path / type(logger).__name__
+        trainer = interlock.Trainer(fast_dev_run=True, logger=logger, enable_progress_bar=False, default_root_dir=root)
+        trainer.fit(Ours(), loader(64, 16), loader(32, 16))
+        assert trainer.state.global_step == 1  # it ran: one batch
+        assert not (trainer.run_dir / "metrics.csv").exists()
+    assert not (tmp_path / "tb").exists()
+
+
 def test_disabled_default_with_an_explicit_listener_is_refused_as_lightning_does(tmp_path: Path) -> None:
     """enable_checkpointing=False with a ModelCheckpoint (or the progress bar's pair) errors, in both frameworks."""
     with pytest.raises(ValueError, match=r"enable_checkpointing=False.*ModelCheckpoint"):

@@ -218,6 +218,8 @@ class Trainer:
         """Subscribe each listener's handlers, observers and recorders (loggers learn the rate monitors first)."""
         monitors = [x for x in self.listeners if isinstance(x, LearningRateMonitor)]
         for listener in self.listeners:
+            if self.config.fast_dev_run and isinstance(listener, LoggerListener):
+                continue  # fast_dev_run suppresses logging (Lightning's: its loggers become DummyLoggers)
             listener.bind_tags(self.bus.tags)
             bind = getattr(listener, "bind_lr_monitors", None)
             if bind is not None:
