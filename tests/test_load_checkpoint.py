@@ -177,6 +177,8 @@ def test_load_from_checkpoint_rebuilds_from_hparams_in_training_mode(
     assert Net.load_from_checkpoint(path, lr=0.5, map_location="cpu").hparams.lr == 0.5
     with pytest.raises(interlock.CheckpointError, match="do not fit Net"):
         Net.load_from_checkpoint(path, hidden=7)
+    with pytest.raises(RuntimeError, match="do not fit Net"):  # what torch (and so Lightning) raises: caught alike
+        Net.load_from_checkpoint(path, hidden=7)
     with pytest.raises(interlock.CheckpointError, match="cannot build Net"):
         Net.load_from_checkpoint(path, nope=1)
 

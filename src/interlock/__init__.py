@@ -16,6 +16,7 @@ from interlock.core.errors import (
     Preempted,
     ReplayDivergence,
     RunDirectoryInUse,
+    WeightsMismatchError,
 )
 from interlock.core.events import Event, Listener, listen, observe
 from interlock.core.extension import Extension
@@ -69,6 +70,7 @@ __all__ = [
     "Trainer",
     "TrainerState",
     "Update",
+    "WeightsMismatchError",
     "__version__",
     "fast_fetch",
     "listen",

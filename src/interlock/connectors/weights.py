@@ -21,7 +21,7 @@ import torch
 
 from interlock.connectors.checkpoint import CHECKPOINT_FORMAT, upgrade
 from interlock.core.datamodule import DataModule, provide_datamodule_loader
-from interlock.core.errors import CheckpointError
+from interlock.core.errors import CheckpointError, WeightsMismatchError
 from interlock.core.module import Module, provide_checkpoint_loader
 from interlock.core.state import thaw
 from interlock.plugins.checkpoint_io import TorchCheckpointIO, is_lightning_checkpoint
@@ -138,7 +138,7 @@ def _load_weights(module: torch.nn.Module, weights: Mapping[str, Any], strict: b
     try:
         module.load_state_dict(weights, strict=strict)
     except RuntimeError as exc:
-        raise CheckpointError(
+        raise WeightsMismatchError(
             f"the weights in {source} do not fit {type(module).__name__}: {exc}; build the module with the "
             "checkpoint's hyper-parameters, or pass strict=False to skip missing and unexpected names"
         ) from None

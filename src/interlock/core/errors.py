@@ -17,6 +17,7 @@ __all__ = [
     "Preempted",
     "ReplayDivergence",
     "RunDirectoryInUse",
+    "WeightsMismatchError",
     "add_note",
 ]
 
@@ -51,6 +52,10 @@ class ConflictingUpdates(InterlockError, ValueError):
 
 class CheckpointError(InterlockError, ValueError):
     """A checkpoint file cannot be read, or does not fit the run."""
+
+
+class WeightsMismatchError(CheckpointError, RuntimeError):
+    """A checkpoint's weights do not fit the module (a ``RuntimeError`` too, as torch's ``load_state_dict`` raises)."""
 
 
 class OutputError(InterlockError, OSError):
