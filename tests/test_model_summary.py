@@ -55,6 +55,8 @@ class Theirs(pl.LightningModule):  # type: ignore[misc,name-defined]
         super().__init__()
         build(self)
 
+    forward = Ours.forward
+
 
 def parse(table: str) -> tuple[list[tuple[str, ...]], dict[str, str]]:
     """The rows (index, name, type, params, mode) and the totals (label -> value) of a summary table."""
@@ -67,20 +69,24 @@ def parse(table: str) -> tuple[list[tuple[str, ...]], dict[str, str]]:
         else:
             value, label = re.match(r"(\S+(?: [KMBT])?)\s+(.*)", line).groups()  # type: ignore[union-attr]
             totals[label] = value
-    totals.pop("Total Flops", None)  # Lightning's FLOPs need a forward pass of example_input_array
     return rows, totals
 
 
+@pytest.mark.parametrize("example", [False, True])
 @pytest.mark.parametrize("depth", [1, 2, -1])
-def test_the_printed_table_equals_lightnings(tmp_path: Any, capsys: Any, depth: int) -> None:
-    """A fit prints Lightning's rows (names, types, parameter counts, modes) and totals for the same module."""
+def test_the_printed_table_equals_lightnings(tmp_path: Any, capsys: Any, depth: int, example: bool) -> None:
+    """A fit prints Lightning's table byte for byte: rows, FLOPs and sizes of example_input_array, totals."""
     trainer = interlock.Trainer(
         max_epochs=1, limit_train_batches=1, default_root_dir=tmp_path, **only(ModelSummary(max_depth=depth))
     )
-    trainer.fit(Ours(), loader(16, 8))
+    module, twin = Ours(), Theirs()
+    if example:
+        module.example_input_array = twin.example_input_array = torch.zeros(3, 4)
+    trainer.fit(module, loader(16, 8))
     ours = capsys.readouterr().out
-    theirs = str(pl.utilities.model_summary.ModelSummary(Theirs(), max_depth=depth))
-    assert parse(ours) == parse(theirs)
+    theirs = str(pl.utilities.model_summary.ModelSummary(twin, max_depth=depth))
+    assert ours == theirs + "\n"
+    assert ("In sizes" in ours) is example and ("Total Flops" in ours)
     rows, totals = parse(ours)
     assert totals["Total params"] == human_count(sum(p.numel() for p in Ours().parameters()))
     assert ("other params" in [r[1] for r in rows]) is (depth == 1)  # the module's own `scale`
@@ -133,3 +139,16 @@ def test_sixteen_bit_weights_halve_the_estimated_size() -> None:
     n = sum(p.numel() for p in module.parameters())
     assert describe(module, "16-true").size_mb == pytest.approx(n * 2e-6)
     assert describe(module, "16-mixed").size_mb == pytest.approx(n * 4e-6)
+
+
+def test_the_example_pass_puts_every_mode_back_and_a_sharded_module_is_described_without_it() -> None:
+    """describe() runs example_input_array in eval mode and restores each submodule's mode; example=False skips it."""
+    module = Ours()
+    module.example_input_array = torch.zeros(3, 4)
+    modes = [m.training for m in module.modules()]
+    summary = describe(module)
+    assert [m.training for m in module.modules()] == modes and not module.drop.training
+    assert summary.total_flops > 0 and summary.sizes is not None
+    assert summary.sizes[0] == ([3, 4], [3, 2]) and summary.sizes[-1] == ("?", "?")  # net; drop is never called
+    bare = describe(module, example=False)
+    assert (bare.total_flops, bare.sizes, bare.flops) == (0, None, ())

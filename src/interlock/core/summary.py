@@ -5,16 +5,23 @@ type, parameter count and mode, the totals and the precision's bits); :meth:`Mod
 formats it at a ``max_depth`` as Lightning's ``ModelSummary`` prints it: the ``Name | Type |
 Params | Mode`` rows (counts abbreviated ``1.2 K``), an ``other params`` row for parameters
 the module holds itself, then trainable, non-trainable and total parameters, the estimated size
-in MB and the modules in train and eval mode. Lightning's ``FLOPs``, ``In sizes`` and ``Out
-sizes`` columns need a forward pass of ``example_input_array`` and are left out.
+in MB and the modules in train and eval mode, then Lightning's ``FLOPs`` column and ``Total Flops``.
+When the module has an ``example_input_array``, :func:`describe` runs it through the module once (in
+eval mode, without gradients, as Lightning's summary does) to count each layer's FLOPs
+(``torch.utils.flop_counter``) and record its ``In sizes`` and ``Out sizes``; without one, FLOPs are 0.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
 
 import attrs
+import torch
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 __all__ = ["PRECISION_BITS", "ModuleSummary", "check_max_depth", "describe", "human_count"]
 
@@ -58,6 +65,11 @@ class ModuleSummary:
     bits: int = 32
     #: whether a submodule is a batch-norm layer (``torch.nn.modules.batchnorm._BatchNorm``)
     batch_norm: bool = False
+    #: per row: its FLOPs in the pass of ``example_input_array`` (empty: no pass, every row 0)
+    flops: tuple[int, ...] = ()
+    #: per row: its input and output sizes in that pass (``[2, 4]``, ``"?"``; ``None``: no example input)
+    sizes: tuple[tuple[Any, Any], ...] | None = None
+    total_flops: int = 0
 
     @property
     def size_mb(self) -> float:
@@ -70,25 +82,35 @@ class ModuleSummary:
         train = sum(1 for row in self.rows if row[3])
         return {"train": train, "eval": len(self.rows) - train}
 
-    def layers(self, max_depth: int) -> list[tuple[str, str, int, bool]]:
-        """The rows down to ``max_depth`` (1: the children; -1: all; 0: none), as Lightning's table has them."""
+    def _kept(self, max_depth: int) -> list[int]:
+        """The indices of the rows down to ``max_depth`` (1: the children; -1: all; 0: none)."""
         if max_depth == 0:
             return []
-        return [row for row in self.rows if max_depth == -1 or row[0].count(".") < max_depth]
+        return [i for i, row in enumerate(self.rows) if max_depth == -1 or row[0].count(".") < max_depth]
+
+    def layers(self, max_depth: int) -> list[tuple[str, str, int, bool]]:
+        """The rows down to ``max_depth`` (1: the children; -1: all; 0: none), as Lightning's table has them."""
+        return [self.rows[i] for i in self._kept(max_depth)]
 
     def table(self, max_depth: int = 1) -> str:
-        """Lightning's ``ModelSummary`` text at ``max_depth`` (without the FLOPs and size columns)."""
-        layers = self.layers(max_depth)
+        """Lightning's ``ModelSummary`` text at ``max_depth``."""
+        kept = self._kept(max_depth)
+        layers = [self.rows[i] for i in kept]
         cols: list[tuple[str, list[str]]] = [
             (" ", [str(i) for i in range(len(layers))]),
             ("Name", [r[0] for r in layers]),
             ("Type", [r[1] for r in layers]),
             ("Params", [human_count(r[2]) for r in layers]),
             ("Mode", ["train" if r[3] else "eval" for r in layers]),
+            ("FLOPs", [human_count(self.flops[i] if self.flops else 0) for i in kept]),
         ]
+        if self.sizes is not None:
+            cols.append(("In sizes", [str(self.sizes[i][0]) for i in kept]))
+            cols.append(("Out sizes", [str(self.sizes[i][1]) for i in kept]))
         leftover = self.total - sum(r[2] for r in layers)
         if leftover > 0:  # parameters held by the module itself (or below max_depth's cut of a deeper table)
-            for (_, values), cell in zip(cols, [" ", "other params", "n/a", human_count(leftover), "n/a"], strict=True):
+            cells = [" ", "other params", "n/a", human_count(leftover), "n/a", "n/a", "n/a", "n/a"]
+            for (_, values), cell in zip(cols, cells, strict=False):
                 values.append(cell)
         widths = [max([len(head), *(len(v) for v in values)]) for head, values in cols]
         rule = "-" * (sum(widths) + 3 * (len(cols) + 1))
@@ -103,19 +125,109 @@ class ModuleSummary:
             (f"{self.size_mb:,.3f}", "Total estimated model params size (MB)"),
             (str(modes["train"]), "Modules in train mode"),
             (str(modes["eval"]), "Modules in eval mode"),
+            (human_count(self.total_flops), "Total Flops"),
         ]
         lines.append(rule)
         lines.extend(value.ljust(10) + label for value, label in totals)
         return "\n".join(lines)
 
 
-def describe(module: nn.Module, precision: str = "32-true") -> ModuleSummary:
-    """Read ``module`` into a :class:`ModuleSummary` (parameters of a lazy layer not yet built count 0)."""
-    rows = tuple((name, type(m).__name__, _count(m), bool(m.training)) for name, m in list(module.named_modules())[1:])
+def describe(
+    module: nn.Module,
+    precision: str = "32-true",
+    example: bool = True,
+    prepare: Callable[[Any], Any] | None = None,
+    context: Callable[[], AbstractContextManager[Any]] | None = None,
+) -> ModuleSummary:
+    """Read ``module`` into a :class:`ModuleSummary` (parameters of a lazy layer not yet built count 0).
+
+    ``example``: run ``example_input_array`` through it, when it has one, for the FLOPs and sizes (a
+    sharded module, whose forward needs every process, is described without). ``prepare`` moves and
+    casts the input as a run's batches are (default: the module's batch-transfer hooks, to its device);
+    ``context`` makes the pass's context (a precision's autocast).
+    """
+    named = list(module.named_modules())[1:]
+    rows = tuple((name, type(m).__name__, _count(m), bool(m.training)) for name, m in named)
+    flops: tuple[int, ...] = ()
+    sizes: tuple[tuple[Any, Any], ...] | None = None
+    total_flops = 0
+    if example and getattr(module, "example_input_array", None) is not None:
+        counts, total_flops, seen = _example_pass(module, named, prepare, context)
+        root = type(module).__name__
+        flops = tuple(sum(counts.get(f"{root}.{name}", {}).values()) for name, _ in named)
+        sizes = tuple(seen.get(name, ("?", "?")) for name, _ in named)
     return ModuleSummary(
         rows,
         _count(module),
         _count(module, trainable=True),
         PRECISION_BITS.get(precision, 32),
         any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in module.modules()),
+        flops,
+        sizes,
+        total_flops,
     )
+
+
+def _shape(value: Any) -> Any:
+    """Lightning's ``parse_batch_shape``: a tensor's shape as a list, nested for sequences, else ``"?"``."""
+    if hasattr(value, "shape"):
+        return list(value.shape)
+    if isinstance(value, list | tuple):
+        return [_shape(v) for v in value]
+    return "?"
+
+
+def _example_pass(
+    module: nn.Module,
+    named: list[tuple[str, nn.Module]],
+    prepare: Callable[[Any], Any] | None,
+    context: Callable[[], AbstractContextManager[Any]] | None,
+) -> tuple[dict[str, dict[Any, int]], int, dict[str, tuple[Any, Any]]]:
+    """Run ``example_input_array`` through ``module`` as Lightning's summary does; FLOPs by module, total, sizes.
+
+    The input goes through the module's batch-transfer hooks to its device; the pass runs in eval mode
+    without gradients, and every submodule's mode is put back after it.
+    """
+    data: Any = module.example_input_array
+    if prepare is not None:
+        data = prepare(data)
+    else:
+        params = next(module.parameters(), None)
+        device = params.device if params is not None else torch.device("cpu")
+        for hook, args in (
+            ("on_before_batch_transfer", (0,)),
+            ("transfer_batch_to_device", (device, 0)),
+            ("on_after_batch_transfer", (0,)),
+        ):
+            fn = getattr(module, hook, None)
+            if callable(fn):
+                data = fn(data, *args)
+    seen: dict[str, tuple[Any, Any]] = {}
+
+    def recorder(name: str) -> Any:
+        def hook(_: nn.Module, args: Any, kwargs: Any, out: Any) -> None:
+            if name in seen:  # the first call only (a layer used twice keeps its first sizes, as Lightning)
+                return
+            inp = (*args, *kwargs.values()) if kwargs is not None else args
+            seen[name] = (_shape(inp[0] if len(inp) == 1 else inp), _shape(out))
+
+        return hook
+
+    handles = [m.register_forward_hook(recorder(name), with_kwargs=True) for name, m in named]
+    modes = [(m, m.training) for m in module.modules()]
+    counter = FlopCounterMode(display=False)
+    try:
+        module.eval()
+        with torch.no_grad(), context() if context is not None else nullcontext(), counter:
+            if isinstance(data, list | tuple):
+                module(*data)
+            elif isinstance(data, dict):
+                module(**data)
+            else:
+                module(data)
+    finally:
+        for handle in handles:
+            handle.remove()
+        for m, training in modes:
+            m.training = training
+    return counter.get_flop_counts(), int(counter.get_total_flops()), seen

@@ -26,8 +26,23 @@ def register(reg: Registry) -> None:
 
     @reg.payload_key("summary", lazy=True)
     def summary(run: Run) -> Any:
-        """The module's layers, parameter counts and modes (a ``ModuleSummary``, built when first read)."""
-        return lambda: describe(run.module, run.slot(HardwareSlot).precision.flag)
+        """The module's layers, parameter counts, modes and FLOPs (a ``ModuleSummary``, built when first read).
+
+        With an ``example_input_array`` it runs through the module once, as Lightning's summary does,
+        unless the strategy shards the module (a forward pass would need every process).
+        """
+
+        def read() -> Any:
+            hardware, prepare, device = run.slot(HardwareSlot), run.prepare_batch, run.device
+            return describe(
+                run.module,
+                hardware.precision.flag,
+                example=not hardware.strategy.shards_module,
+                prepare=None if prepare is None else lambda batch: prepare(batch, 0),
+                context=lambda: hardware.precision.autocast(device.type),
+            )
+
+        return read
 
     @reg.payload_key("parameters", lazy=True)
     def parameters(run: Run) -> Any:

@@ -51,6 +51,7 @@ class FSDPStrategy(DDPStrategy):
     """
 
     name = "fsdp"
+    shards_module = True
 
     #: Precision flags FSDP cannot honour, with the reason (checked when the flags are resolved).
     unsupported_precision = {

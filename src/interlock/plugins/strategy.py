@@ -45,6 +45,8 @@ class Strategy:
     name = "single_device"
     #: Write checkpoints as sharded directories through ``torch.distributed.checkpoint`` (``"fsdp_sharded"``).
     sharded_checkpoint = False
+    #: The module's parameters are sharded: a forward pass needs every process (no rank-0-only pass).
+    shards_module = False
 
     def __init__(self) -> None:
         self.world_size = 1

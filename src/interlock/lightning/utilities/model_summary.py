@@ -1,12 +1,14 @@
-"""``ModelSummary``: a module's layers, parameter counts and size (Lightning's, without the forward-pass columns).
+"""``ModelSummary``: a module's layers, parameter counts, size and FLOPs (Lightning's).
 
 The numbers are Lightning's (``layer_names``, ``layer_types``, ``param_nums``, ``total_parameters``,
-``trainable_parameters``, ``model_size`` at 32 bits, ``training_modes``); the input/output sizes and
-FLOPs, which Lightning measures with a forward pass of ``example_input_array``, are not computed.
+``trainable_parameters``, ``model_size`` at 32 bits, ``training_modes``, ``total_flops``, and with an
+``example_input_array`` the ``in_sizes`` and ``out_sizes`` of a forward pass of it).
 ``str()`` is the table the ``ModelSummary`` listener prints (``interlock.core.summary``).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from torch import nn
 
@@ -66,6 +68,26 @@ class ModelSummary:
     @property
     def total_layer_params(self) -> int:
         return sum(self.param_nums)
+
+    @property
+    def in_sizes(self) -> list[Any]:
+        """Each layer's input size in the pass of ``example_input_array`` (``"?"``: not called, or no input)."""
+        return self._sizes(0)
+
+    @property
+    def out_sizes(self) -> list[Any]:
+        """Each layer's output size in that pass."""
+        return self._sizes(1)
+
+    @property
+    def total_flops(self) -> int:
+        """The FLOPs of that pass (0 without an ``example_input_array``)."""
+        return describe(self._model).total_flops
+
+    def _sizes(self, which: int) -> list[Any]:
+        described = describe(self._model)
+        by_name = dict(zip((r[0] for r in described.rows), described.sizes or (), strict=False))
+        return [by_name[name][which] if name in by_name else "?" for name in self.layer_names]
 
     @property
     def model_size(self) -> float:
