@@ -338,13 +338,14 @@ def register(reg: Registry) -> None:
             # what the loop's epoch hooks logged belongs to no loader: Lightning returns it in every loader's results
             # (kept for the loaders to come; given to those done)
             every = {k: metrics[k] for k in logged.every if k in metrics} if idx else {}
-            earlier = [SetLoaderResults(i, {**r, **every}) for i, r in enumerate(run.facts.loader_results[:idx])]
+            done = run.facts.loader_results[:idx] if every else ()
+            earlier = [SetLoaderResults(i, {**r, **every}) for i, r in enumerate(done)]
             return [
                 LogMetrics(metrics, shown, loggers, returned),
                 AppendHistory(row),
                 AddEvalSums(None),
                 AddLogged(clear="eval", keep_every=idx + 1 < count),
-                *(earlier if every else ()),
+                *earlier,
                 SetLoaderResults(idx, metrics),
             ]
 
