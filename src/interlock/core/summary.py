@@ -21,7 +21,6 @@ from typing import Any
 import attrs
 import torch
 from torch import nn
-from torch.utils.flop_counter import FlopCounterMode
 
 __all__ = ["PRECISION_BITS", "ModuleSummary", "check_max_depth", "describe", "human_count"]
 
@@ -212,6 +211,8 @@ def _example_pass(
             seen[name] = (_shape(inp[0] if len(inp) == 1 else inp), _shape(out))
 
         return hook
+
+    from torch.utils.flop_counter import FlopCounterMode  # only for a module with an example input (2 ms to import)
 
     handles = [m.register_forward_hook(recorder(name), with_kwargs=True) for name, m in named]
     modes = [(m, m.training) for m in module.modules()]
