@@ -26,6 +26,8 @@ import numpy as np
 import torch
 
 EXAMPLES = Path(__file__).parent / "examples"
+#: Differential probes: Lightning scripts whose module records what the run showed it (``module.seen``).
+PROBES = Path(__file__).parent / "probes"
 
 #: ``lightning.pytorch`` and the top-level ``lightning`` package (``import lightning as L``), as written in examples.
 _LIGHTNING = re.compile(r"\blightning\.pytorch\b|(?<![\w.])lightning(?=\s+as\s|\.)(?!\.pytorch)")
@@ -37,8 +39,8 @@ logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
 logging.getLogger("lightning_fabric").setLevel(logging.ERROR)
 
 
-def source(name: str) -> str:
-    return (EXAMPLES / f"{name}.py").read_text()
+def source(name: str, folder: Path = EXAMPLES) -> str:
+    return (folder / f"{name}.py").read_text()
 
 
 def as_lightning(text: str) -> str:
@@ -85,10 +87,10 @@ def run(text: str, name: str, root: Path) -> torch.nn.Module:
     return _run(text, name, root)[0]
 
 
-def _run(text: str, name: str, root: Path) -> tuple[torch.nn.Module, tuple[int, ...]]:
+def _run(text: str, name: str, root: Path, folder: Path = EXAMPLES) -> tuple[torch.nn.Module, tuple[int, ...]]:
     """``main(root)``'s module, and a draw from torch's, numpy's and python's global RNGs right after it."""
     module = types.ModuleType(name)
-    module.__file__ = str(EXAMPLES / f"{name}.py")
+    module.__file__ = str(folder / f"{name}.py")
     sys.modules[name] = module
     try:
         with _fresh(root):
@@ -125,13 +127,15 @@ class Outcome:
 
     weights: dict[str, torch.Tensor]
     rng: tuple[int, ...]
+    #: what a probe's module recorded of the run (``module.seen``; None for an example)
+    seen: object = None
 
 
-def both(name: str, tmp: Path) -> tuple[Outcome, Outcome]:
-    """Train example ``name`` under Lightning, then switched to interlock."""
-    text = source(name)
+def both(name: str, tmp: Path, folder: Path = EXAMPLES) -> tuple[Outcome, Outcome]:
+    """Train example (or probe) ``name`` under Lightning, then switched to interlock."""
+    text = source(name, folder)
     out = []
     for side, code in (("lightning", as_lightning(text)), ("interlock", switched(text))):
-        trained, draws = _run(code, f"dropin_{name}_{side}", tmp / side)
-        out.append(Outcome(weights(trained), draws))
+        trained, draws = _run(code, f"dropin_{name}_{side}", tmp / side, folder)
+        out.append(Outcome(weights(trained), draws, getattr(trained, "seen", None)))
     return out[0], out[1]
