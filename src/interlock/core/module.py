@@ -543,6 +543,28 @@ class Module(HyperparametersMixin, torch.nn.Module):
         """Alter a batch once it is on the device (Lightning's hook; default: as it is)."""
         return batch
 
+    # Lightning's model-mode hooks: called only when a subclass overrides them (the loop otherwise puts back
+    # each submodule's mode itself); here so that an override's super() call works, as in Lightning
+    def on_validation_model_eval(self) -> None:
+        """Put the module in eval mode before validation (Lightning's hook)."""
+        self.eval()
+
+    def on_validation_model_train(self) -> None:
+        """Put the module back in training mode after validation (Lightning's hook)."""
+        self.train()
+
+    def on_test_model_eval(self) -> None:
+        """Put the module in eval mode before testing (Lightning's hook)."""
+        self.eval()
+
+    def on_test_model_train(self) -> None:
+        """Put the module back in training mode after testing (Lightning's hook)."""
+        self.train()
+
+    def on_predict_model_eval(self) -> None:
+        """Put the module in eval mode before predicting (Lightning's hook)."""
+        self.eval()
+
     def configure_model(self) -> None:
         """Build layers at set-up, after ``setup(stage)`` and before the optimizers (Lightning's hook)."""
 

@@ -33,7 +33,7 @@ from interlock.connectors.metrics import batch_size, logged_values, reset_logged
 from interlock.core import reduce32
 from interlock.core.config import TrainerConfig
 from interlock.core.logging import AddLogged, RestoreMetrics, take
-from interlock.core.module import takes_batch_idx
+from interlock.core.module import overrides, takes_batch_idx
 from interlock.core.registry import Action, Guard, Registry
 from interlock.core.run import Run
 from interlock.core.slots import DeviceSlot, DistSlot, EvalSlot
@@ -120,8 +120,8 @@ _CPU = torch.device("cpu")
 
 
 def _own_hook(module: Any, name: str) -> Any:
-    """The module's bound method ``name`` when its class defines one, else ``None``."""
-    return getattr(module, name) if callable(getattr(type(module), name, None)) else None
+    """The module's bound method ``name`` when its class overrides (or defines) one, else ``None``."""
+    return getattr(module, name) if overrides(module, name) else None
 
 
 def _params(params: Mapping[str, Any], action: str) -> tuple[str, str]:
