@@ -8,11 +8,12 @@ The numbers are Lightning's (``layer_names``, ``layer_types``, ``param_nums``, `
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any
 
 from torch import nn
 
-from interlock.core.summary import check_max_depth, describe, human_count
+from interlock.core.summary import ModuleSummary, check_max_depth, describe, human_count
 
 __all__ = ["ModelSummary", "get_human_readable_count", "summarize"]
 
@@ -82,10 +83,15 @@ class ModelSummary:
     @property
     def total_flops(self) -> int:
         """The FLOPs of that pass (0 without an ``example_input_array``)."""
-        return describe(self._model).total_flops
+        return self._described.total_flops
+
+    @cached_property
+    def _described(self) -> ModuleSummary:
+        """The module read once (with one pass of its ``example_input_array``), as Lightning's summary reads it."""
+        return describe(self._model)
 
     def _sizes(self, which: int) -> list[Any]:
-        described = describe(self._model)
+        described = self._described
         by_name = dict(zip((r[0] for r in described.rows), described.sizes or (), strict=False))
         return [by_name[name][which] if name in by_name else "?" for name in self.layer_names]
 
@@ -95,7 +101,7 @@ class ModelSummary:
         return self.total_parameters * 4e-6
 
     def __str__(self) -> str:
-        return describe(self._model).table(self._max_depth)
+        return self._described.table(self._max_depth)
 
     def __repr__(self) -> str:
         return str(self)
