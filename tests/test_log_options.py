@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import warnings
 from pathlib import Path
@@ -9,6 +10,8 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from _twins import twins
 from conftest import loader
@@ -201,3 +204,53 @@ def test_validate_and_test_return_what_goes_to_the_loggers_as_lightning(loaders:
         results.append([[{k: round(float(v), 5) for k, v in d.items()} for d in run] for run in got])
     assert results[1] == results[0]
     assert all("vs_epoch" in k or "vl" in k for run in results[0] for d in run for k in d)
+
+
+# -- the batch size a mean is weighted by, against Lightning's extract_batch_size --------------------------------
+
+
+@dataclasses.dataclass
+class _Pair:
+    a: object
+    b: object
+
+
+def _batches() -> st.SearchStrategy[object]:
+    leaves = st.one_of(
+        st.integers(0, 5).map(lambda n: torch.zeros(n, 2)),
+        st.just(torch.tensor(3.0)),
+        st.text(max_size=3),
+        st.integers(),
+        st.none(),
+    )
+    return st.recursive(
+        leaves,
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=3),
+            st.lists(inner, max_size=3).map(tuple),
+            st.dictionaries(st.sampled_from("xyz"), inner, max_size=3),
+            st.builds(_Pair, inner, inner),
+        ),
+        max_leaves=8,
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(_batches())
+def test_the_inferred_batch_size_is_lightnings(batch: object) -> None:
+    """Any nesting of tensors, strings, numbers, lists, dicts and dataclasses: Lightning's size, or its error."""
+    lightning = pytest.importorskip("pytorch_lightning.utilities.data")
+    from pytorch_lightning.utilities.exceptions import MisconfigurationException
+
+    from interlock.connectors.metrics import batch_size, logged_batch_size
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            expected: int | None = lightning.extract_batch_size(batch)
+        except MisconfigurationException:
+            expected = None
+        assert batch_size(batch) == expected
+        if expected is None:
+            with pytest.raises(ValueError, match=r"could not infer the batch_size.*self\.log\(\.\.\., batch_size="):
+                logged_batch_size(batch)

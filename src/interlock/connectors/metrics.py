@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+import warnings
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -12,7 +14,7 @@ from interlock.core.registry import Action, Registry
 from interlock.core.run import Run
 from interlock.core.updates import AppendHistory, LogMetrics, Update
 
-__all__ = ["batch_end_outputs", "batch_size", "logged_values", "loss_of", "register", "scalars"]
+__all__ = ["batch_end_outputs", "batch_size", "logged_batch_size", "logged_values", "loss_of", "register", "scalars"]
 
 
 def loss_of(outputs: Any, step: str = "training_step") -> torch.Tensor:
@@ -49,18 +51,64 @@ def batch_end_outputs(outputs: Any, manual: bool, accumulate: int) -> Any:
     return {"loss": (loss / accumulate if accumulate > 1 else loss).detach().clone(), **extra}
 
 
-def batch_size(batch: Any) -> int:
-    """The number of samples in a batch (its first tensor's length), 1 when unknown."""
+def batch_size(batch: Any) -> int | None:
+    """The number of samples in a batch as Lightning infers it; ``None`` when it holds no tensor.
+
+    The first tensor found depth first (a mapping's values, any iterable but a string, a dataclass's
+    fields) gives it: its length, 1 for a 0-d tensor. When a later tensor's length differs, or a
+    later leaf is not a tensor, Lightning warns that the collection is ambiguous; so does this.
+    """
+    found: int | None = None
+    try:
+        for n in _sizes(batch):
+            if found is None:
+                found = n
+            elif n != found:
+                _warn_ambiguous(found)
+                break
+    except RecursionError:
+        raise RecursionError(_NO_SIZE) from None
+    return found
+
+
+def logged_batch_size(batch: Any) -> int:
+    """The weight of a value ``self.log`` averages over the epoch: the batch's size, or Lightning's error."""
+    n = batch_size(batch)
+    if n is None:
+        raise ValueError(f"{_NO_SIZE} (the batch is a {type(batch).__name__} holding no tensor)")
+    return n
+
+
+_NO_SIZE = (
+    "We could not infer the batch_size from the batch. Either simplify its structure or provide the batch_size as "
+    "`self.log(..., batch_size=batch_size)`"
+)
+_warned: set[int] = set()
+
+
+def _sizes(batch: Any) -> Iterator[int | None]:
     if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.dim() else 1
-    if isinstance(batch, Mapping):
-        batch = list(batch.values())
-    if isinstance(batch, list | tuple):
-        for item in batch:
-            n = batch_size(item)
-            if n:
-                return n
-    return 1
+        yield 1 if batch.ndim == 0 else int(batch.size(0))
+    elif isinstance(batch, Iterable | Mapping) and not isinstance(batch, str):
+        for item in batch.values() if isinstance(batch, Mapping) else batch:
+            yield from _sizes(item)
+    elif dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        for field in dataclasses.fields(batch):
+            yield from _sizes(getattr(batch, field.name))
+    else:
+        yield None
+
+
+def _warn_ambiguous(found: int) -> None:
+    if found in _warned:  # once per size, as Lightning's warning cache keeps each message once
+        return
+    _warned.add(found)
+    warnings.warn(
+        f"Trying to infer the `batch_size` from an ambiguous collection. The batch size we found is {found}. To "
+        "avoid any miscalculations, use `self.log(..., batch_size=batch_size)`.",
+        UserWarning,
+        stacklevel=3,
+    )
 
 
 def _logged_metrics(run: Run, loop: str) -> list[tuple[Mapping[str, Any], Any]]:

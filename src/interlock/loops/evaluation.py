@@ -29,7 +29,7 @@ import torch
 from interlock.connectors.callbacks import module_writes
 from interlock.connectors.data import Feed, feed_key, loader_count
 from interlock.connectors.hardware_slot import HardwareSlot
-from interlock.connectors.metrics import batch_size, logged_values, reset_logged_metrics, scalars
+from interlock.connectors.metrics import batch_size, logged_batch_size, logged_values, reset_logged_metrics, scalars
 from interlock.core import reduce32
 from interlock.core.config import TrainerConfig
 from interlock.core.logging import AddLogged, RestoreMetrics, take
@@ -246,7 +246,7 @@ def register(reg: Registry) -> None:
         steps, device = run.slot(DistSlot).steps, run.slot(DeviceSlot).device.type
 
         def infer() -> int:
-            return batch_size(step.batch)
+            return logged_batch_size(step.batch)
 
         def act() -> Update | list[Update] | None:
             nonlocal count
@@ -280,7 +280,7 @@ def register(reg: Registry) -> None:
             values = scalars(outputs, prefix or "val")
             if not values:
                 return logged or None
-            n, f64 = batch_size(step.batch), _f64(run)
+            n, f64 = batch_size(step.batch) or 1, _f64(run)
             sums = {k: reduce32.mul(v, n, f64) for k, v in values.items()}
             return [AddEvalSums({**sums, "__count__": float(n)}, f64), *logged]
 

@@ -109,7 +109,7 @@ def _module_call(
         logs = mdict.get("_interlock_logs")
         if logs:
             sink, tail = step.logged if train else None, suffix() if suffix is not None else ""
-            updates.extend(take(logs, hook, loop, lambda: batch_size(step.batch), sink, tail))
+            updates.extend(take(logs, hook, loop, lambda: batch_size(step.batch) or 1, sink, tail))
         if shown is not None:
             updates.extend(shown.take_updates())
         if skip:  # Lightning's -1: the rest of the epoch (and its validation) is skipped; the chart says where to

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from interlock.connectors.callbacks import module_writes
 from interlock.connectors.hardware_slot import HardwareSlot
-from interlock.connectors.metrics import batch_size, loss_of
+from interlock.connectors.metrics import logged_batch_size, loss_of
 from interlock.core.logging import take
 from interlock.core.module import takes_batch_idx
 from interlock.core.registry import Action, Registry
@@ -64,7 +64,7 @@ def register(reg: Registry) -> None:
         world = int(getattr(run.slot(HardwareSlot).strategy, "world_size", 1))
 
         def infer() -> int:
-            return batch_size(step.batch)
+            return logged_batch_size(step.batch)
 
         def act() -> list[Any] | None:
             # the strategy's wrapper is looked up each time, never kept: teardown must be able to free it
