@@ -110,6 +110,22 @@ class DataModule(HyperparametersMixin):
         """The predict loader, or a list of loaders."""
         raise NotImplementedError(f"{type(self).__name__} has no predict_dataloader(); implement it to predict")
 
+    # Lightning's batch-transfer hooks, the defaults (a subclass's override is used in place of the module's);
+    # here so that an override's super() call works
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Alter a batch before it moves to the device (default: as it is)."""
+        return batch
+
+    def transfer_batch_to_device(self, batch: Any, device: Any, dataloader_idx: int) -> Any:
+        """Move a batch to ``device`` (default: every tensor in it)."""
+        from interlock.core.module import _to_device  # the module's default (core.module imports this file)
+
+        return _to_device(batch, device)
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Alter a batch once it is on the device (default: as it is)."""
+        return batch
+
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint keeps of this data module (default: nothing)."""
         return {}

@@ -12,6 +12,7 @@ from typing import Any, ClassVar, TypeVar
 import torch
 
 from interlock.core.errors import add_note
+from interlock.core.hooks import ModelHooks, own_hook
 from interlock.core.hparams import AttributeDict, HyperparametersMixin
 from interlock.core.logging import LogEntry, check_log_options, check_reduce, is_metric, is_metric_collection
 from interlock.core.state import mode_of
@@ -48,8 +49,8 @@ def takes_batch_idx(step: Callable[..., Any]) -> bool:
 
 def overrides(module: Any, name: str) -> bool:
     """Whether ``module``'s class overrides :class:`Module`'s default ``name`` (or defines it, on another class)."""
-    fn = getattr(type(module), name, None)
-    return callable(fn) and fn is not getattr(Module, name, None)
+    fn = own_hook(module, name)
+    return fn is not None and fn is not getattr(Module, name, None)
 
 
 def provide_checkpoint_loader(loader: Callable[..., Any]) -> None:
@@ -210,7 +211,7 @@ class ManualOptimizer:
 _torch_getattr = torch.nn.Module.__getattr__
 
 
-class Module(HyperparametersMixin, torch.nn.Module):
+class Module(ModelHooks, HyperparametersMixin, torch.nn.Module):
     """Subclass and implement the steps you use.
 
     A step returns a loss tensor or a dict with ``"loss"`` and other scalars;

@@ -22,6 +22,7 @@ from interlock.connectors.lightning_state import TrainerFn
 from interlock.connectors.metrics import batch_size
 from interlock.connectors.optim import accumulate_factor, accumulation, batch_end_outputs_of
 from interlock.core.errors import ChartEvent
+from interlock.core.hooks import own_hook
 from interlock.core.logging import take
 from interlock.core.module import ModuleView, overrides
 from interlock.core.registry import NOOP, Action, Registry
@@ -83,8 +84,7 @@ def _module_call(
     ``suffix()`` ends the names of the step-level values it logs (an evaluation loader's ``/dataloader_idx_N``).
     """
     module = run.module
-    fn = getattr(type(module), hook, None)
-    if fn is None or not callable(fn):
+    if own_hook(module, hook) is None:  # neither written nor inherited from a class that wrote it
         return None
     method = getattr(module, hook)
     mdict = module.__dict__
@@ -294,7 +294,7 @@ def register(reg: Registry) -> None:
         if getattr(run.module, "automatic_optimization", True):
             return NOOP
         hooked = ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
-        if not run.callbacks and not any(callable(getattr(type(run.module), h, None)) for h in hooked):
+        if not run.callbacks and not any(own_hook(run.module, h) for h in hooked):
             return NOOP
         return lambda: callbacks.view(run).take_updates()
 
