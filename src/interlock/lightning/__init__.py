@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
+from interlock.lightning import _paths
 from interlock.lightning.callback import Callback
 from interlock.lightning.core import LightningDataModule, LightningModule
 from interlock.lightning.trainer import Trainer
@@ -24,6 +25,8 @@ __all__ = ["Callback", "LightningDataModule", "LightningModule", "Trainer", "see
 
 #: the submodules ``import lightning.pytorch as pl`` makes reachable as ``pl.callbacks``, ``pl.loggers``, ...
 #: (imported on first use here, so ``import interlock.lightning`` stays cheap)
+_paths.install()  # Lightning's deeper module paths (callbacks.model_checkpoint, utilities.types, ...)
+
 _SUBMODULES = ("accelerators", "callbacks", "core", "loggers", "plugins", "profilers", "strategies", "tuner")
 
 

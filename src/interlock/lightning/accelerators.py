@@ -15,3 +15,6 @@ __getattr__ = missing(
         "find_usable_cuda_devices": "pass Trainer(devices=[indices]) or devices=N; 'auto' takes every visible GPU",
     },
 )
+
+#: a package to the import system, so that Lightning's deeper paths below it resolve (interlock.lightning._paths)
+__path__: list[str] = []

@@ -441,3 +441,6 @@ __getattr__ = missing(
         "Checkpoint": "subclass interlock.listeners.ModelCheckpoint, or " + _NATIVE,
     },
 )
+
+#: a package to the import system, so that Lightning's deeper paths below it resolve (interlock.lightning._paths)
+__path__: list[str] = []

@@ -33,6 +33,7 @@ from interlock.lightning.utilities.seed import seed_everything
 
 __all__ = [
     "LRSchedulerTypeTuple", "LightningArgumentParser", "LightningCLI", "ReduceLROnPlateau", "SaveConfigCallback",
+    "instantiate_class", "instantiate_module",
 ]  # fmt: skip
 
 #: What ``--lr_scheduler`` accepts (Lightning's ``LRSchedulerTypeTuple``).
@@ -390,6 +391,26 @@ class LightningCLI:
         after = getattr(self, f"after_{subcommand}", None)
         if callable(after):
             after()
+
+
+def instantiate_class(args: Any, init: Mapping[str, Any]) -> Any:
+    """``init["class_path"](*args, **init["init_args"])`` (one positional ``args`` may be given bare), as Lightning's.
+
+    The form ``configure_optimizers`` uses with a CLI-given optimizer: ``instantiate_class(self.parameters(), init)``.
+    """
+    module_name, _, name = str(init["class_path"]).rpartition(".")
+    if not module_name:
+        raise ValueError(f"instantiate_class: class_path {init['class_path']!r} must be 'package.module.Class'")
+    cls = getattr(importlib.import_module(module_name), name)
+    return cls(*(args if isinstance(args, tuple) else (args,)), **dict(init.get("init_args", {})))
+
+
+def instantiate_module(class_type: type, config: Mapping[str, Any]) -> Any:
+    """An instance of ``class_type`` from a parsed config: a ``class_path``/``init_args`` mapping or the arguments."""
+    given = dict(config)
+    if "class_path" in given:
+        return instantiate_class((), given)
+    return class_type(**given)
 
 
 def _with_class_path(path: str, init_args: Any) -> dict[str, Any]:

@@ -68,3 +68,7 @@ class LightningModule(Module):
             return None
         shown: TrainerView = view.trainer()
         return shown
+
+
+#: a package to the import system, so that Lightning's deeper paths below it resolve (interlock.lightning._paths)
+__path__: list[str] = []

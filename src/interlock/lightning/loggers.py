@@ -157,3 +157,6 @@ __getattr__ = missing(
         "LitLogger": f"LitLogger: {_LATER}",
     },
 )
+
+#: a package to the import system, so that Lightning's deeper paths below it resolve (interlock.lightning._paths)
+__path__: list[str] = []

@@ -26,3 +26,6 @@ __getattr__ = missing(
         "TorchSyncBatchNorm": "convert first: torch.nn.SyncBatchNorm.convert_sync_batchnorm(module)",
     },
 )
+
+#: a package to the import system, so that Lightning's deeper paths below it resolve (interlock.lightning._paths)
+__path__: list[str] = []

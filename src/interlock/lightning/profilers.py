@@ -16,3 +16,6 @@ __getattr__ = missing(
         "XLAProfiler": "interlock has no XLA support",
     },
 )
+
+#: a package to the import system, so that Lightning's deeper paths below it resolve (interlock.lightning._paths)
+__path__: list[str] = []

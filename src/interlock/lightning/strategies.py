@@ -17,3 +17,6 @@ __getattr__ = missing(
         "Strategy": "interlock's strategies are plugins chosen by name (interlock.plugins.strategy)",
     },
 )
+
+#: a package to the import system, so that Lightning's deeper paths below it resolve (interlock.lightning._paths)
+__path__: list[str] = []

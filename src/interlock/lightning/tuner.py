@@ -59,3 +59,7 @@ class Tuner:
             "interlock has no batch-size finder (Tuner.scale_batch_size); choose the batch size with a short sweep "
             "of fits (fast_dev_run=N) at growing sizes"
         )
+
+
+#: a package to the import system, so that Lightning's deeper paths below it resolve (interlock.lightning._paths)
+__path__: list[str] = []

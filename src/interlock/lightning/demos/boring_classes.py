@@ -10,12 +10,15 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset
 
 from interlock.core.datamodule import DataModule
 from interlock.core.module import Module
+from interlock.lightning._refuse import missing
 
 __all__ = [
     "BoringDataModule",
+    "BoringDataModuleNoLen",
     "BoringModel",
     "DemoModel",
     "ManualOptimBoringModel",
+    "Net",
     "RandomDataset",
     "RandomDictDataset",
     "RandomIterableDataset",
@@ -175,3 +178,55 @@ class DemoModel(Module):
 
     def configure_optimizers(self) -> Any:
         return torch.optim.Adam(self.parameters(), lr=self.learning_rate)
+
+
+class BoringDataModuleNoLen(DataModule):
+    """Lightning's ``BoringDataModuleNoLen``: the boring data as iterable datasets (loaders without a length)."""
+
+    def setup(self, stage: str) -> None:
+        if stage == "fit":
+            self.random_train = RandomIterableDataset(32, 512)
+        if stage in ("fit", "validate"):
+            self.random_val = RandomIterableDataset(32, 128)
+        if stage == "test":
+            self.random_test = RandomIterableDataset(32, 256)
+        if stage == "predict":
+            self.random_predict = RandomIterableDataset(32, 64)
+
+    def train_dataloader(self) -> DataLoader[torch.Tensor]:
+        return DataLoader(self.random_train)
+
+    def val_dataloader(self) -> DataLoader[torch.Tensor]:
+        return DataLoader(self.random_val)
+
+    def test_dataloader(self) -> DataLoader[torch.Tensor]:
+        return DataLoader(self.random_test)
+
+    def predict_dataloader(self) -> DataLoader[torch.Tensor]:
+        return DataLoader(self.random_predict)
+
+
+class Net(torch.nn.Module):
+    """Lightning's demo MNIST convolutional net (its layers, in its order)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(1, 32, 3, 1)
+        self.conv2 = torch.nn.Conv2d(32, 64, 3, 1)
+        self.dropout1 = torch.nn.Dropout(0.25)
+        self.dropout2 = torch.nn.Dropout(0.5)
+        self.fc1 = torch.nn.Linear(9216, 128)
+        self.fc2 = torch.nn.Linear(128, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        f = torch.nn.functional
+        x = f.max_pool2d(f.relu(self.conv2(f.relu(self.conv1(x)))), 2)
+        x = self.dropout1(x)
+        x = f.relu(self.fc1(torch.flatten(x, 1)))
+        return f.log_softmax(self.fc2(self.dropout2(x)), dim=1)
+
+
+__getattr__ = missing(
+    "interlock.lightning.demos.boring_classes",
+    {"IterableBoringDataModule": "interlock trains on one loader; zip several datasets into one Dataset"},
+)

@@ -3,5 +3,6 @@
 from __future__ import annotations
 
 from interlock.lightning.trainer.trainer import Trainer
+from interlock.lightning.utilities.seed import seed_everything
 
-__all__ = ["Trainer"]
+__all__ = ["Trainer", "seed_everything"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from typing import Any
 
 from interlock.connectors.lightning_state import LightningEnum
 from interlock.core.module import AttributeDict
@@ -22,7 +23,9 @@ __all__ = [
     "AttributeDict",
     "GradClipAlgorithmType",
     "LightningEnum",
+    "MisconfigurationException",
     "grad_norm",
+    "is_overridden",
     "is_picklable",
     "isolate_rng",
     "move_data_to_device",
@@ -41,6 +44,48 @@ class GradClipAlgorithmType(LightningEnum):
 
     NORM = "norm"
     VALUE = "value"
+
+
+class MisconfigurationException(Exception):
+    """Lightning's exception for a wrong setting, for code that raises or catches its own.
+
+    interlock's own checks raise ``ValueError`` or ``TypeError`` naming the value and the fix (docs/porting.md).
+    """
+
+
+def is_overridden(method_name: str, instance: object | None = None, parent: type[object] | None = None) -> bool:
+    """Whether ``instance``'s class overrides ``parent``'s ``method_name`` (Lightning's helper).
+
+    ``parent`` defaults to ``LightningModule``, ``LightningDataModule`` or ``Callback``, whichever
+    ``instance`` is; ``None`` as the instance is never overridden.
+    """
+    if instance is None:
+        return False
+    if parent is None:
+        from interlock.lightning.callback import Callback
+        from interlock.lightning.core import LightningDataModule, LightningModule
+
+        parent = next((p for p in (LightningModule, LightningDataModule, Callback) if isinstance(instance, p)), None)
+        if parent is None:
+            raise ValueError(
+                f"is_overridden({method_name!r}, {type(instance).__name__}): pass parent=, the class that defines "
+                "the default (it is not a LightningModule, LightningDataModule or Callback)"
+            )
+    mine = getattr(instance, method_name, None)
+    if mine is None:
+        return False
+    default = getattr(parent, method_name, None)
+    if default is None:
+        raise ValueError(f"is_overridden: {parent.__name__} has no {method_name!r} to override")
+    return _code(mine) is not _code(default)
+
+
+def _code(fn: Any) -> Any:
+    """The code object behind a method, function or wrapper (``functools.wraps``)."""
+    fn = getattr(fn, "__func__", fn)
+    while hasattr(fn, "__wrapped__"):
+        fn = fn.__wrapped__
+    return getattr(fn, "__code__", fn)
 
 
 def is_picklable(obj: object) -> bool:

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["move_data_to_device", "suggested_max_num_workers"]
+__all__ = ["extract_batch_size", "has_len_all_ranks", "move_data_to_device", "suggested_max_num_workers"]
 
 
 def move_data_to_device(batch: Any, device: torch.device | str | int) -> Any:
@@ -33,3 +33,20 @@ def suggested_max_num_workers(local_world_size: int) -> int:
         raise ValueError(f"suggested_max_num_workers(local_world_size={local_world_size!r}) must be an int >= 1")
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(1, cpus // local_world_size - 1)
+
+
+def extract_batch_size(batch: Any) -> int:
+    """The batch's size as ``self.log`` infers it (Lightning's rule); ``ValueError`` when it holds no tensor."""
+    from interlock.connectors.metrics import logged_batch_size
+
+    return logged_batch_size(batch)
+
+
+def has_len_all_ranks(
+    dataloader: Any, strategy: Any = None, allow_zero_length_dataloader_with_multiple_devices: bool = False
+) -> bool:
+    """Whether ``dataloader`` has a length (interlock agrees lengths across processes itself)."""
+    try:
+        return len(dataloader) >= 0
+    except (TypeError, NotImplementedError):
+        return False

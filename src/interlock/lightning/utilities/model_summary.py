@@ -118,3 +118,7 @@ def _lazy(p: nn.Parameter) -> bool:
 
 def _count(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters() if not _lazy(p))
+
+
+#: a package to the import system, so that Lightning's deeper paths below it resolve (interlock.lightning._paths)
+__path__: list[str] = []
