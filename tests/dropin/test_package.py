@@ -426,14 +426,43 @@ def test_tensorboard_logger_writes_where_lightning_writes(tmp_path: Path) -> Non
     assert any(Path(mine.log_dir).glob("events.out.tfevents.*"))
 
 
-def test_a_lightning_api_logger_subclass_is_refused_when_defined() -> None:
-    """A Logger subclass written against Lightning's API (log_metrics) is a TypeError naming the listener way."""
+def test_a_logger_override_interlock_never_calls_is_refused_when_defined() -> None:
+    """A Logger subclass overriding log_graph or after_save_checkpoint is a TypeError naming what to do instead."""
     from interlock.lightning.loggers import Logger
 
-    with pytest.raises(TypeError, match=r"interlock\.Listener"):
+    with pytest.raises(TypeError, match=r"Mine.log_graph is never called by interlock: call self.logger.log_graph"):
 
         class Mine(Logger):
-            def log_metrics(self, metrics: Any, step: Any = None) -> None: ...
+            def log_graph(self, model: Any, input_array: Any = None) -> None: ...
+
+    with pytest.raises(TypeError, match=r"after_save_checkpoint is never called by interlock"):
+
+        class Other(Logger):
+            def after_save_checkpoint(self, checkpoint_callback: Any) -> None: ...
+
+
+def test_an_exception_in_a_lightning_logger_fails_the_run(tmp_path: Path) -> None:
+    """The user's log_metrics raising is the run's failure (as in Lightning), and finalize hears "failed"."""
+    from interlock.lightning.loggers import Logger
+
+    heard: list[str] = []
+
+    class Broken(Logger):
+        name, version = "broken", 0
+
+        def log_hyperparams(self, params: Any) -> None: ...
+
+        def log_metrics(self, metrics: Any, step: Any = None) -> None:
+            raise OSError("disk full")
+
+        def finalize(self, status: str) -> None:
+            heard.append(status)
+
+    trainer = il.Trainer(max_epochs=1, logger=Broken(), log_every_n_steps=1, enable_progress_bar=False,
+                         default_root_dir=str(tmp_path))  # fmt: skip
+    with pytest.raises(OSError, match="disk full"):
+        trainer.fit(Regression(), datamodule=Data())
+    assert heard == ["failed"]
 
 
 def test_loggers_write_where_lightning_writes(tmp_path: Path) -> None:

@@ -3,43 +3,185 @@
 ``CSVLogger`` and ``TensorBoardLogger`` write where Lightning puts them: ``save_dir/name/version_N``
 (the next free ``N`` when ``version`` is not given, chosen when the logger is made).
 ``logger.log_dir``, ``name`` and ``version`` read as in Lightning. ``MLFlowLogger`` and
-``WandbLogger`` are interlock's own (they take Lightning's arguments). Comet, Neptune and
+``WandbLogger`` are interlock's own (they take Lightning's arguments). A ``Logger`` subclass
+written against Lightning's API is called as Lightning calls it. Comet, Neptune and
 LitLogger are not here yet: importing them raises ``ImportError`` saying so.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from interlock.core.events import Listener
+from interlock.core.events import Event, listen
+from interlock.core.state import TrainerState
+from interlock.core.updates import SetListenerState
 from interlock.lightning._refuse import missing, refuse_value
+from interlock.lightning.utilities.rank_zero import global_rank
 from interlock.listeners import MLFlowLogger, WandbLogger
-from interlock.listeners._tracking import LoggerListener
+from interlock.listeners._tracking import TrackingLogger
 from interlock.listeners.csv_lightning import LightningCSVLogger
 from interlock.listeners.tensorboard_lightning import LightningTensorBoardLogger
 
-__all__ = ["CSVLogger", "Logger", "MLFlowLogger", "TensorBoardLogger", "WandbLogger"]
+__all__ = ["CSVLogger", "Logger", "MLFlowLogger", "TensorBoardLogger", "WandbLogger", "rank_zero_experiment"]
+
+T = TypeVar("T")
 
 
-class Logger(Listener):
-    """Lightning's ``Logger`` base. In interlock a logger is a listener of the history rows (docs/listeners.md).
+class Logger(TrackingLogger):
+    """Lightning's ``Logger`` base: a subclass written against Lightning's API is called as Lightning calls it.
 
-    A subclass written against Lightning's API (``log_metrics``, ``log_hyperparams``) is refused
-    when defined, as interlock would never call those methods.
+    Define ``name``, ``version``, ``log_hyperparams(params)`` and ``log_metrics(metrics, step)``
+    (and ``save()``, ``finalize(status)``, ``experiment`` if you use them). interlock calls them at
+    Lightning's moments with Lightning's arguments: the hyper-parameters when a stage starts
+    (``save_hyperparameters``), a step row every ``log_every_n_steps`` stepped batches, a row per
+    epoch, validation and test (``epoch`` an ``int``, at Lightning's step numbers), ``save()`` after
+    each call, and ``finalize("success")`` (or ``"failed"``) when the stage ends. Only rank 0
+    logs. Unlike interlock's own tracking loggers, an exception in your logger fails the run, as in
+    Lightning. ``log_graph`` and ``after_save_checkpoint`` overrides are refused when the class is
+    defined (interlock does not call them).
     """
+
+    # TrackingLogger's per-instance settings as class defaults: Lightning's base has no __init__ to call
+    _rank_zero: bool | None = None
+    log_model: Any = False
+    prefix = ""
+    log_every_n_steps = 50
+    _hparams: dict[str, Any] | None = None
+    _checkpoints: tuple[Any, ...] = ()
+    _lr_monitors: tuple[Any, ...] = ()
+    _run_id: str | None = None
+    _off = False
+    _warned = False
+    _manual = False
+    _stage_starts: frozenset[str] = frozenset()
+    _step_names: Any = frozenset()  # a set from the first stage start on
+    _names_epoch = -1
+    where = "the logger"
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        lightning_api = [m for m in ("log_metrics", "log_hyperparams", "experiment") if m in vars(cls)]
-        if lightning_api and not issubclass(cls, LoggerListener):
-            raise TypeError(
-                f"{cls.__name__} defines Lightning's Logger API ({', '.join(lightning_api)}), which interlock does "
-                "not call: write an interlock.Listener that handles 'fit.train.epoch_end', 'fit.train.val.end' and "
-                "'test.end' and reads state.history (see interlock.listeners.CSVLogger)"
-            )
+        uncalled = {
+            "log_graph": "call self.logger.log_graph(self) in your module's on_fit_start",
+            "after_save_checkpoint": "read the checkpoint files in a Callback's on_save_checkpoint, or use "
+            "MLFlowLogger/WandbLogger(log_model=...)",
+        }
+        for name, instead in uncalled.items():
+            if name in vars(cls):
+                raise TypeError(f"{cls.__name__}.{name} is never called by interlock: {instead}")
+
+    def __init__(self) -> None:
+        TrackingLogger.__init__(self)
+
+    # -- Lightning's Logger API: the defaults of its base ------------------------------------
+    @property
+    def name(self) -> str | None:
+        """The experiment's name (define it)."""
+        return None
+
+    @property
+    def version(self) -> int | str | None:
+        """The experiment's version (define it)."""
+        return None
+
+    @property
+    def save_dir(self) -> str | None:
+        """Where the logger writes (``None``: nowhere on disk), as Lightning's base."""
+        return None
+
+    @property
+    def root_dir(self) -> str | None:
+        return None
+
+    @property
+    def log_dir(self) -> str | None:
+        return None
+
+    @property
+    def group_separator(self) -> str:
+        return "/"
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must define log_metrics(metrics, step), as in Lightning")
+
+    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must define log_hyperparams(params), as in Lightning")
+
+    def save(self) -> None:
+        """Called after each row and the hyper-parameters (Lightning's base does nothing)."""
+
+    def finalize(self, status: str) -> None:
+        """Called when a stage ends, with ``"success"`` or ``"failed"`` (Lightning's base calls :meth:`save`)."""
+        self.save()
+
+    # -- TrackingLogger's sends, as Lightning's logger connector makes them -----------------
+    @listen("#stage_start")
+    def on_stage_start(self, event: Event, state: TrainerState) -> SetListenerState | None:
+        """Lightning logs the hyper-parameters of every logger when a stage starts, before anything else."""
+        super().on_stage_start(event, state)
+        return self._ensure(state) if event.name in self._stage_starts and self._rank_zero else None
+
+    def _open(self, run_id: str | None) -> str:
+        return run_id or "lightning"
+
+    def _begin(self, run_id: str | None) -> None:
+        if self._run_id is None:  # the hyper-parameters whenever save_hyperparameters recorded them, even none
+            self._run_id = self._open(run_id)
+            if self._hparams is not None:
+                self._send_params(self._hparams)
+
+    def _send_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        self.log_metrics(dict(metrics), step)
+        self.save()
+
+    def _send_params(self, params: Mapping[str, Any]) -> None:
+        self.log_hyperparams(dict(params))
+        self.save()
+
+    def _send_checkpoints(self, files: Any) -> None:  # log_model is always False here
+        pass
+
+    def _close(self, status: str) -> None:
+        self.finalize("success" if status == "success" else "failed")
+
+    def _epoch_value(self, epoch: int) -> float:
+        return epoch  # Lightning's logger connector passes trainer.current_epoch, an int
+
+    def _safely(self, what: str, call: Callable[[], Any]) -> bool:
+        call()  # the user's logger: its exception is the run's, as in Lightning
+        return True
+
+
+def rank_zero_experiment(fn: Callable[[Any], T]) -> Callable[[Any], T | _DummyExperiment]:
+    """Lightning's decorator of a logger's ``experiment``: the real one on rank 0, a do-nothing stand-in elsewhere."""
+
+    @functools.wraps(fn)
+    def experiment(self: Any) -> T | _DummyExperiment:
+        if global_rank() > 0:
+            return _DummyExperiment()
+        return fn(self)
+
+    return experiment
+
+
+class _DummyExperiment:
+    """Accepts any call and does nothing (the experiment of a process other than rank 0)."""
+
+    def nop(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def __getattr__(self, _: str) -> Callable[..., None]:
+        return self.nop
+
+    def __getitem__(self, _: Any) -> _DummyExperiment:
+        return self
+
+    def __setitem__(self, *_: Any) -> None:
+        pass
 
 
 def _version_dir(owner: str, save_dir: Any, name: str | None, version: int | str | None) -> tuple[Path, int | str]:

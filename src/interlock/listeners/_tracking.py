@@ -221,17 +221,22 @@ class TrackingLogger(LoggerListener):
         """A run id the user passed (continue that run)."""
         return None
 
+    def _epoch_value(self, epoch: int) -> float:
+        """The ``epoch`` value a row carries (a float for the tracking stores)."""
+        return float(epoch)
+
     def _name(self, name: str) -> str:
         return f"{self.prefix}-{name}" if self.prefix else name
 
     # -- handlers --------------------------------------------------------------------------
     @listen("#stage_start")
-    def on_stage_start(self, event: Event, state: TrainerState) -> None:
+    def on_stage_start(self, event: Event, state: TrainerState) -> SetListenerState | None:
         if event.name in self._stage_starts:
             self._rank_zero = state.is_global_zero
             self._off = self._warned = False
             self._manual = False
             self._step_names, self._names_epoch = set(), -1
+        return None
 
     @listen("#epoch_start")
     def on_epoch_start(self, event: Event, state: TrainerState) -> SetListenerState | None:
@@ -289,7 +294,7 @@ class TrackingLogger(LoggerListener):
         logged = event.payload.get("logged") or {}
         if logged:
             metrics = {self._name(k): float(v) for k, v in logged.items()}
-            metrics[self._name("epoch")] = float(event.epoch)
+            metrics[self._name("epoch")] = self._epoch_value(event.epoch)
             self._safely(f"log metrics to {self.where}", lambda: self._send_metrics(metrics, step))
 
     @listen("#epoch_end")
@@ -326,7 +331,7 @@ class TrackingLogger(LoggerListener):
         """A history row's metrics but ``skip``, and its ``epoch`` (``epoch`` given: Lightning's ``current_epoch``)."""
         metrics = {self._name(k): v for k, v in row_metrics(row).items() if k not in skip}
         if "epoch" in row:
-            metrics[self._name("epoch")] = float(row["epoch"] if epoch is None else epoch)
+            metrics[self._name("epoch")] = self._epoch_value(int(row["epoch"] if epoch is None else epoch))
         return metrics
 
     @listen("finished")

@@ -9,7 +9,14 @@ import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["rank_zero_debug", "rank_zero_deprecation", "rank_zero_info", "rank_zero_only", "rank_zero_warn"]
+__all__ = [
+    "global_rank",
+    "rank_zero_debug",
+    "rank_zero_deprecation",
+    "rank_zero_info",
+    "rank_zero_only",
+    "rank_zero_warn",
+]
 
 T = TypeVar("T")
 log = logging.getLogger("interlock")
@@ -24,6 +31,11 @@ def _rank() -> int:
         if value is not None:
             return int(value)
     return 0
+
+
+def global_rank() -> int:
+    """The global rank of this process as ``rank_zero_only`` reads it (its ``rank`` when set, else the environment)."""
+    return rank_zero_only.rank if rank_zero_only.rank is not None else _rank()
 
 
 class _RankZeroOnly:
