@@ -27,7 +27,18 @@ __all__ = ["Callback", "LightningDataModule", "LightningModule", "Trainer", "see
 #: (imported on first use here, so ``import interlock.lightning`` stays cheap)
 _paths.install()  # Lightning's deeper module paths (callbacks.model_checkpoint, utilities.types, ...)
 
-_SUBMODULES = ("accelerators", "callbacks", "core", "loggers", "plugins", "profilers", "strategies", "tuner")
+_SUBMODULES = (
+    "accelerators",
+    "callbacks",
+    "cli",
+    "core",
+    "demos",
+    "loggers",
+    "plugins",
+    "profilers",
+    "strategies",
+    "tuner",
+)
 
 
 def __getattr__(name: str) -> ModuleType:
