@@ -47,6 +47,7 @@ from interlock.core.config import TrainerConfig
 from interlock.core.errors import CheckpointError, Interrupted, Preempted
 from interlock.core.registry import Action, Registry
 from interlock.core.run import Run
+from interlock.core.slots import CallbacksSlot
 from interlock.core.state import TrainerState
 from interlock.core.updates import Interrupt, RestoreState, SaveCheckpoint, SetRunInfo, Update
 from interlock.plugins.checkpoint_io import TorchCheckpointIO, is_sharded
@@ -381,7 +382,16 @@ def _continue(run: Run) -> Update | None:
         f"interlock: this trainer has fitted before (epoch {state.epoch}, global step {state.global_step}): "
         f"fit continues in {state.run_dir} with the next epoch" + (f"; nothing to train: {why}" if why else ""),
     )
-    return RestoreState(state.replace(chart=resume_at))
+    # nothing to train: restored in place, so the chart goes on from the stage's start (sanity check, then its end)
+    _trained(run, bool(why))
+    return RestoreState(state.replace(chart=run.state.chart if why else resume_at))
+
+
+def _trained(run: Run, done: bool) -> None:
+    """Tell the callbacks' view whether this fit's training has ended already (``current_epoch`` counts it done)."""
+    slot = run.slots.get(CallbacksSlot)
+    if slot is not None:
+        slot.trained = done
 
 
 def write_checkpoint(run: Run, path: str, weights_only: bool = False, rng: Mapping[str, Any] | None = None) -> None:
@@ -600,6 +610,8 @@ def register(reg: Registry) -> None:
             if rec is not None and run.checkpoint.bus is not None:  # checked at load: re-execute to its target
                 follow(rec, run, run.checkpoint.bus, source, strategy.world_size == 1)
                 _say(run, f"interlock: {source} re-executes transitions {rec['from'] + 1} to {rec['to']} of its replay")
+            if why:  # restored in place: the chart goes on from the stage's start (sanity check, then its end)
+                restored = restored.replace(chart=run.state.chart)
             updates: list[Update] = [RestoreState(restored)]
             if ckpt.get("rng") is not None:
                 updates.append(RestoreRNG(ckpt["rng"]))

@@ -608,6 +608,24 @@ def register(reg: Registry) -> None:
 
         return act
 
+    @reg.action("data.skip_training")
+    def skip_training(run: Run, params: Mapping[str, Any]) -> Action:
+        """The fit trains nothing: draw the base seed the training loader's iterator draws when it opens.
+
+        Lightning's fit loop opens the training iterator before it finds nothing to train (unless
+        ``limit_train_batches=0``), so the global RNG after such a fit is one draw further on; this
+        is that draw, without reading a batch.
+        """
+
+        def act() -> None:
+            feed = run.feeds.get("train")
+            loader = feed.data.loader if feed is not None else None
+            if feed is None or feed.limit == 0 or not isinstance(loader, DataLoader):
+                return
+            torch.empty((), dtype=torch.int64).random_(generator=loader.generator)
+
+        return act
+
     @reg.action("data.reenter")
     def reenter(run: Run, params: Mapping[str, Any]) -> Action:
         """On resume: re-open the epoch's training data at the saved position (no-op when it is open)."""

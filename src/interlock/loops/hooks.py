@@ -288,6 +288,18 @@ def register(reg: Registry) -> None:
             return NOOP
         return lambda: call(run.error) if run.error is not None else None
 
+    @reg.action("callbacks.training_ended")
+    def training_ended(run: Run, params: Mapping[str, Any]) -> Action:
+        """The fit trains nothing: ``current_epoch`` counts the last epoch as done from here (as after on_train_end)."""
+        slot = run.slots.get(CallbacksSlot)
+        if slot is None:
+            return NOOP
+
+        def act() -> None:
+            slot.trained = True
+
+        return act
+
     @reg.action("callbacks.flush")
     def flush(run: Run, params: Mapping[str, Any]) -> Action:
         """Apply what callbacks asked in hooks run inside a manual training_step (backward, optimizer step)."""

@@ -164,14 +164,21 @@ def register(reg: Registry) -> None:
     def nothing_to_train(params: Mapping[str, Any]) -> Guard:
         """The fit trains nothing (as in Lightning, which then runs no training hooks either).
 
-        max_epochs=0, max_steps=0, a training batch limit of 0, or a stop agreed before training (a
-        callback's ``trainer.should_stop = True`` in the sanity check) that min_epochs/min_steps allow.
+        max_epochs=0, max_steps=0, a training batch limit of 0, a stop agreed before training (a
+        callback's ``trainer.should_stop = True`` in the sanity check) that min_epochs/min_steps allow,
+        or progress that has reached the limits already (a finished run resumed, or a trainer fitted
+        again: ``checkpoint.restore`` restores it in place, and Lightning's fit then runs its sanity
+        check and ends, with no training hooks).
         """
 
         def nothing(facts: Facts) -> bool:
             cfg, c = facts.config, facts.progress
             if cfg.epochs == 0 or cfg.max_steps == 0 or facts.state.limits.get("train", None) == 0:
                 return True
+            if c.train_batches and cfg.max_steps != -1 and c.global_step >= cfg.max_steps:
+                return True  # a restored run (or a second fit) whose steps are all taken
+            if c.train_batches and cfg.epochs is not None and c.epoch + 1 >= cfg.epochs:
+                return True  # ... or whose last epoch has run: a restore with nothing left restores in place
             return bool(facts.state.agreed.get("stop")) and cfg.can_stop(c.epoch, c.global_step)
 
         return nothing

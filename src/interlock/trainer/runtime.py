@@ -657,10 +657,12 @@ class Runtime:
         """Make ``state`` current: counters, event counts and chart position included.
 
         With ``jump`` (a restore during a stage) the cursor moves to ``state.chart``
-        once the current state's work is done, entering the states on the way.
+        once the current state's work is done, entering the states on the way; a
+        ``state.chart`` that is where the cursor is restores in place (the chart decides next).
         """
         if jump:  # the facts of this process and stage stay (agreements, limits, modes, a failure)
-            self._jump = self.chart.resume_point(state.chart)
+            if state.chart != self._at:
+                self._jump = self.chart.resume_point(state.chart)
             state = state.replace(chart=self._at, **{k: getattr(self._base, k) for k in _LIVE})
         self._base = state
         self._snapshot = self._facts = self._progress = None

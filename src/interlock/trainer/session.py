@@ -118,7 +118,9 @@ class Session:
                 CheckpointSlot: CheckpointSlot(
                     io=self.checkpoint_io, restore_checks=self.restore_checks, bus=self.runtime.bus
                 ),
-                CallbacksSlot: CallbacksSlot(self.callbacks, self.loggers, self.listeners, given=self.given),
+                CallbacksSlot: CallbacksSlot(
+                    self.callbacks, self.loggers, self.listeners, given=self.given, trained=self._refit(stage)
+                ),
                 EvalSlot: EvalSlot(),
                 RngSlot: RngSlot(),
             },
@@ -139,6 +141,13 @@ class Session:
             if any(s.startswith(f"{FOLLOW_SOURCE}.") for s in bus.observer_sources()):
                 bus.remove_sources({FOLLOW_SOURCE})
         return run
+
+    def _refit(self, stage: str) -> bool:
+        """A fit after a fit that finished: its training has ended already, until the chart trains again."""
+        state = self.runtime.state
+        return (
+            stage == "fit" and state.stage == "fit" and state.status == "finished" and state.progress.train_batches > 0
+        )
 
     def fit(
         self, module: Any, train: Iterable[Any] | None, val: Any, ckpt_path: Any, datamodule: Any = None
