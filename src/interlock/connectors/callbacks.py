@@ -232,7 +232,9 @@ class TrainerView(NodeLayout):
     def current_epoch(self) -> int:
         """Lightning's: the epochs completed once training has ended (``on_train_end``, ``on_fit_end``)."""
         state = self._run.state
-        ended = {"fit", "stage_end"} <= self._tags(state.chart) or self._run.slot(CallbacksSlot).trained
+        ended = {"fit", "stage_end"} <= self._tags(state.chart) or self._run.slot(
+            CallbacksSlot
+        ).trained_through == state.progress.epoch
         if ended and state.progress.train_batches:
             return state.progress.epoch + 1
         return state.current_epoch

@@ -383,15 +383,15 @@ def _continue(run: Run) -> Update | None:
         f"fit continues in {state.run_dir} with the next epoch" + (f"; nothing to train: {why}" if why else ""),
     )
     # nothing to train: restored in place, so the chart goes on from the stage's start (sanity check, then its end)
-    _trained(run, bool(why))
+    _trained_through(run, state.epoch)  # the epoch is over: on_train_start sees the next, as in Lightning
     return RestoreState(state.replace(chart=run.state.chart if why else resume_at))
 
 
-def _trained(run: Run, done: bool) -> None:
-    """Tell the callbacks' view whether this fit's training has ended already (``current_epoch`` counts it done)."""
+def _trained_through(run: Run, epoch: int) -> None:
+    """Tell the callbacks' view that ``epoch``'s training has ended (its ``current_epoch`` counts it done)."""
     slot = run.slots.get(CallbacksSlot)
     if slot is not None:
-        slot.trained = done
+        slot.trained_through = epoch
 
 
 def write_checkpoint(run: Run, path: str, weights_only: bool = False, rng: Mapping[str, Any] | None = None) -> None:
@@ -612,6 +612,8 @@ def register(reg: Registry) -> None:
                 _say(run, f"interlock: {source} re-executes transitions {rec['from'] + 1} to {rec['to']} of its replay")
             if why:  # restored in place: the chart goes on from the stage's start (sanity check, then its end)
                 restored = restored.replace(chart=run.state.chart)
+            elif at_end:  # resumed at an epoch's end: on_train_start sees the next epoch, as Lightning's
+                _trained_through(run, saved.epoch)
             updates: list[Update] = [RestoreState(restored)]
             if ckpt.get("rng") is not None:
                 updates.append(RestoreRNG(ckpt["rng"]))

@@ -108,10 +108,12 @@ class CheckpointSlot:
 class CallbacksSlot:
     """The trainer's Lightning-style callbacks, loggers, listeners and their view (owner: ``callbacks``).
 
-    ``trained`` is set once ``on_train_end`` has run and ``sanity`` while the sanity check runs
-    (what the view's ``current_epoch`` / ``sanity_checking`` read between hooks). ``writers`` names
-    the calls running now whose writes to the view are taken when they return (a callback's hook,
-    a ``LightningModule``'s step or hook), innermost last: the view accepts writes only then.
+    ``trained_through`` is the epoch whose training has ended (once ``on_train_end`` has run, in a
+    fit with nothing left to train, after a resume at an epoch's end until the next epoch) and
+    ``sanity`` is set while the sanity check runs (what the view's ``current_epoch`` /
+    ``sanity_checking`` read between hooks). ``writers`` names the calls running now whose writes
+    to the view are taken when they return (a callback's hook, a ``LightningModule``'s step or
+    hook), innermost last: the view accepts writes only then.
     """
 
     callbacks: tuple[Any, ...] = ()
@@ -119,7 +121,7 @@ class CallbacksSlot:
     listeners: tuple[Any, ...] = ()
     view: Any = None
     given: tuple[Any, ...] = ()  # the listeners and callbacks as passed to the Trainer, in that order
-    trained: bool = False
+    trained_through: int = -1  # the last epoch whose training has ended (-1: none); current_epoch counts it done
     sanity: bool = False
     writers: list[str] = attrs.field(factory=list)
 

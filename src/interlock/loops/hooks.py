@@ -69,6 +69,12 @@ def check_hook_names(module: Any) -> None:
             )
 
 
+def _trained_through(run: Run) -> int:
+    """The epoch whose training has ended (the callbacks' slot; -1 without one or before)."""
+    slot = run.slots.get(CallbacksSlot)
+    return slot.trained_through if slot is not None else -1
+
+
 def _eval_loop(params: Mapping[str, Any], action: str) -> str:
     step = str(params.get("step", ""))
     if not step.endswith("_step"):
@@ -204,7 +210,7 @@ def register(reg: Registry) -> None:
                 slot, inner = run.slot(CallbacksSlot), action
 
                 def ended() -> Any:
-                    slot.trained = True
+                    slot.trained_through = run.counters.epoch
                     return None if inner is NOOP else inner()
 
                 return ended
@@ -296,7 +302,7 @@ def register(reg: Registry) -> None:
             return NOOP
 
         def act() -> None:
-            slot.trained = True
+            slot.trained_through = run.counters.epoch
 
         return act
 
@@ -334,7 +340,7 @@ def register(reg: Registry) -> None:
                     world_size=int(getattr(strategy, "world_size", 1)),
                     loggers=run.loggers,
                     precision=precision.flag,
-                    trained=lambda: run.stage != "fit" or bool(getattr(run.slots.get(CallbacksSlot), "trained", False)),
+                    trained=lambda: run.stage != "fit" or _trained_through(run) == run.counters.epoch,
                     trainer=lambda: callbacks.view(run),
                 )  # fmt: skip
                 module.attach(view)

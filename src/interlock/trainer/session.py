@@ -119,7 +119,7 @@ class Session:
                     io=self.checkpoint_io, restore_checks=self.restore_checks, bus=self.runtime.bus
                 ),
                 CallbacksSlot: CallbacksSlot(
-                    self.callbacks, self.loggers, self.listeners, given=self.given, trained=self._refit(stage)
+                    self.callbacks, self.loggers, self.listeners, given=self.given, trained_through=self._refit(stage)
                 ),
                 EvalSlot: EvalSlot(),
                 RngSlot: RngSlot(),
@@ -142,12 +142,11 @@ class Session:
                 bus.remove_sources({FOLLOW_SOURCE})
         return run
 
-    def _refit(self, stage: str) -> bool:
-        """A fit after a fit that finished: its training has ended already, until the chart trains again."""
+    def _refit(self, stage: str) -> int:
+        """A fit after a fit that finished: the epoch whose training has ended already (-1: none)."""
         state = self.runtime.state
-        return (
-            stage == "fit" and state.stage == "fit" and state.status == "finished" and state.progress.train_batches > 0
-        )
+        finished = stage == "fit" and state.stage == "fit" and state.status == "finished"
+        return state.progress.epoch if finished and state.progress.train_batches > 0 else -1
 
     def fit(
         self, module: Any, train: Iterable[Any] | None, val: Any, ckpt_path: Any, datamodule: Any = None
