@@ -10,8 +10,10 @@ A data module downloads once (``prepare_data``), builds its datasets per stage
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from interlock.core.hparams import HyperparametersMixin
@@ -59,6 +61,45 @@ class DataModule(HyperparametersMixin):
     """
 
     prepare_data_per_node: bool = True
+
+    @classmethod
+    def from_datasets(
+        cls: type[D],
+        train_dataset: Any = None,
+        val_dataset: Any = None,
+        test_dataset: Any = None,
+        predict_dataset: Any = None,
+        batch_size: int = 1,
+        num_workers: int = 0,
+        **datamodule_kwargs: Any,
+    ) -> D:
+        """A data module serving these datasets (each may be a list or dict of datasets), as Lightning's.
+
+        Each loader is ``DataLoader(ds, batch_size, shuffle, num_workers, pin_memory=True)``, shuffled
+        for training unless the dataset is iterable; ``batch_size`` and ``num_workers`` also go to
+        ``__init__`` when it takes them, and ``datamodule_kwargs`` always do.
+        """
+        from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+        def loader(ds: Any, shuffle: bool = False) -> Any:
+            if isinstance(ds, Mapping):
+                return {k: loader(v, shuffle) for k, v in ds.items()}
+            if isinstance(ds, list | tuple):
+                return type(ds)(loader(v, shuffle) for v in ds)
+            if not isinstance(ds, Dataset):
+                return ds
+            shuffle = shuffle and not isinstance(ds, IterableDataset)
+            return DataLoader(ds, batch_size=batch_size, shuffle=shuffle, num_workers=num_workers, pin_memory=True)
+
+        params = {} if cls.__init__ is object.__init__ else inspect.signature(cls.__init__).parameters
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        given = {"batch_size": batch_size, "num_workers": num_workers}
+        datamodule = cls(**datamodule_kwargs, **{k: v for k, v in given.items() if takes_any or k in params})
+        for key, dataset in (("train", train_dataset), ("val", val_dataset), ("test", test_dataset),
+                             ("predict", predict_dataset)):  # fmt: skip
+            if dataset is not None:
+                setattr(datamodule, LOADER_METHODS[key], functools.partial(loader, dataset, key == "train"))
+        return datamodule
 
     @classmethod
     def load_from_checkpoint(
@@ -136,7 +177,10 @@ class DataModule(HyperparametersMixin):
 
 def provides(datamodule: Any, key: str) -> bool:
     """Whether ``datamodule`` implements the loader method of ``key`` (not just inherits a placeholder)."""
-    fn = getattr(type(datamodule), LOADER_METHODS[key], None)
+    name = LOADER_METHODS[key]
+    if callable(getattr(datamodule, "__dict__", {}).get(name)):  # set on the instance (from_datasets)
+        return True
+    fn = getattr(type(datamodule), name, None)
     if fn is None or not callable(fn):
         return False
     owner = getattr(fn, "__qualname__", "").split(".")[0]
