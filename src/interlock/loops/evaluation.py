@@ -136,16 +136,22 @@ def register(reg: Registry) -> None:
 
     @reg.action("eval.open", reads=("eval",))
     def open_(run: Run, params: Mapping[str, Any]) -> Action:
-        """Switch the module to eval mode (its ``on_<loop>_model_eval`` if it has one) and open the loop's data."""
+        """Put the module in eval mode (its ``on_<loop>_model_eval`` if it has one), gradients off; open the data.
+
+        The loop's hooks run without gradients too (``on_validation_start`` ... ``on_validation_end``), as
+        Lightning runs its whole evaluation loop under ``torch.no_grad()``.
+        """
         key, _ = _params(params, "eval.open")
         to_eval = _own_hook(run.module, f"on_{_LOOPS.get(key, key)}_model_eval") or run.module.eval
         slot = run.slot(EvalSlot)
-        was_training, sanity = slot.was_training, params.get("limit") == "sanity"
+        was_training, grad_was, sanity = slot.was_training, slot.grad_was, params.get("limit") == "sanity"
 
         def act() -> Update:
             if sanity:  # what the sanity check logs is dropped when it ends (Lightning resets the metrics)
                 slot.before_sanity = RestoreMetrics.of(run.facts)
             was_training[key] = run.module.training
+            grad_was.setdefault(key, torch.is_grad_enabled())
+            torch.set_grad_enabled(False)
             to_eval()  # the module's on_validation_model_eval / on_test_model_eval / ... when it has one
             return _open(run, params, _current(run, key), run.counters.eval_batch_idx)
 
@@ -176,15 +182,16 @@ def register(reg: Registry) -> None:
 
     @reg.action("eval.close", reads=("eval",))
     def close(run: Run, params: Mapping[str, Any]) -> Action:
-        """Put the module back in the mode it had before the loop; drop the loop's iterator."""
+        """Put back the module's mode and gradients as they were before the loop; drop the loop's iterator."""
         key, _ = _params(params, "eval.close")
         to_train = _own_hook(run.module, f"on_{_LOOPS.get(key, key)}_model_train")
         slot = run.slot(EvalSlot)
-        was_training = slot.was_training
+        was_training, grad_was = slot.was_training, slot.grad_was
 
         def act() -> Update | None:
             for i in range(loader_count(run.feeds, key)):
                 run.feeds[feed_key(key, i)].it = None
+            torch.set_grad_enabled(grad_was.pop(key, True))
             was = was_training.pop(key, None)
             if to_train is not None:  # the module's on_validation_model_train / on_test_model_train
                 to_train()

@@ -128,7 +128,11 @@ class Session:
         try:
             # only turned on: detect_anomaly=False leaves torch's own setting (Lightning turns it off in its fit loop)
             anomaly = self.detect_anomaly and stage == "fit"
-            with torch.autograd.set_detect_anomaly(True) if anomaly else contextlib.nullcontext():
+            # the evaluation loops turn gradients off and back on; a stage that failed inside one leaves them as found
+            with (
+                torch.autograd.set_detect_anomaly(True) if anomaly else contextlib.nullcontext(),
+                torch.set_grad_enabled(torch.is_grad_enabled()),
+            ):
                 self.runtime.run(stage, run)
         finally:  # the chart's teardown releases it; this covers a teardown that failed before it could
             self.optimizers, self.schedulers = list(run.optimizers), list(run.schedulers)
