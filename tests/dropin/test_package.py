@@ -396,7 +396,7 @@ def test_small_utilities_behave_as_lightnings() -> None:
     [
         ("callbacks.ModelCheckpoint(save_last='link')", "save_last"),
         ("callbacks.ModelCheckpoint(save_on_exception=True)", "preemption"),
-        ("callbacks.LearningRateMonitor(log_momentum=True)", "log_momentum"),
+        ("callbacks.LearningRateMonitor(log_momentum=1)", "log_momentum=1. must be True or False"),
         ("callbacks.TQDMProgressBar(process_position=1)", "process_position"),
         ("loggers.TensorBoardLogger('.', log_graph=True)", "add_graph"),
         ("loggers.CSVLogger('.', flush_logs_every_n_steps=0)", "flush_logs_every_n_steps"),

@@ -334,16 +334,7 @@ class LambdaCallback(Callback):
                 setattr(self, name, fn)
 
 
-class LearningRateMonitor(_LearningRateMonitor):
-    """Lightning's ``LearningRateMonitor(logging_interval)``; momentum and weight decay logging are not supported."""
-
-    def __init__(
-        self, logging_interval: str | None = None, log_momentum: bool = False, log_weight_decay: bool = False
-    ) -> None:
-        instead = "log it yourself from the module: self.log('momentum', opt.param_groups[0]['betas'][0])"
-        refuse_value("LearningRateMonitor", "log_momentum", log_momentum, (False,), instead)
-        refuse_value("LearningRateMonitor", "log_weight_decay", log_weight_decay, (False,), instead)
-        super().__init__(logging_interval=logging_interval)
+LearningRateMonitor = _LearningRateMonitor  # Lightning's arguments (logging_interval, log_momentum, log_weight_decay)
 
 
 class Timer(_Bound, _Timer):

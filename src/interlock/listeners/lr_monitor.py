@@ -15,6 +15,7 @@ states do not gets a ``RuntimeError`` that says so.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -35,7 +36,9 @@ def _schedulers(index: int, entry: Sequence[Any]) -> tuple[tuple[int, str | None
     return ((index, None, interval),) if interval else ()
 
 
-def lightning_rates(optimizers: Sequence[Sequence[Any]], interval: str) -> dict[str, float]:
+def lightning_rates(
+    optimizers: Sequence[Sequence[Any]], interval: str, momentum: bool = False, weight_decay: bool = False
+) -> dict[str, float]:
     """Lightning's ``LearningRateMonitor`` names and rates at ``interval`` (``"any"``: every scheduler).
 
     The schedulers due at ``interval`` and the optimizers without one are logged. A scheduler's rates
@@ -43,6 +46,8 @@ def lightning_rates(optimizers: Sequence[Sequence[Any]], interval: str) -> dict[
     of a class among unnamed ones), first in the order ``configure_optimizers`` gave the schedulers; then
     the optimizers without one, in their order. A param group adds ``/<its name>`` (``/pg<i>``, 1-based,
     when there are several and it has none). Two groups of one optimizer with one name are an error.
+    ``momentum`` / ``weight_decay``: each group's also, as ``<name>-momentum`` and ``<name>-weight_decay``
+    right after its rate (Lightning's ``log_momentum`` / ``log_weight_decay``; a missing value is 0).
     """
     seen: list[int] = []
     counts: dict[str, int] = {}
@@ -67,16 +72,26 @@ def lightning_rates(optimizers: Sequence[Sequence[Any]], interval: str) -> dict[
             return [f"{name}/{g}" for g in groups]
         return [f"{name}/{given[0]}" if given[0] else name]
 
+    def put(index: int, names: list[str]) -> None:
+        entry = optimizers[index]
+        extra = entry[5] if len(entry) > 5 else ((None, None),) * len(entry[1])
+        for name, lr, (m, wd) in zip(names, entry[1], extra, strict=True):
+            logged[name] = float(lr)
+            if momentum:  # as the param group holds them (an int 0 is written "0", as Lightning's)
+                logged[f"{name}-momentum"] = 0 if m is None else m
+            if weight_decay:
+                logged[f"{name}-weight_decay"] = 0 if wd is None else wd
+
     configs = sorted(
         (pos, i, name, iv) for i, entry in enumerate(optimizers) for pos, name, iv in _schedulers(i, entry)
     )
     for _, index, name, due in configs:
         names = names_of(index, name if name is not None else f"lr-{optimizers[index][0]}", name is None)
         if interval in (due, "any"):
-            logged.update(zip(names, map(float, optimizers[index][1]), strict=True))
+            put(index, names)
     for index, entry in enumerate(optimizers):
         if index not in seen:
-            logged.update(zip(names_of(index, f"lr-{entry[0]}", True), map(float, entry[1]), strict=True))
+            put(index, names_of(index, f"lr-{entry[0]}", True))
     return logged
 
 
@@ -86,15 +101,27 @@ def lr_metric_names(optimizers: Sequence[Sequence[Any]]) -> list[str]:
 
 
 class LearningRateMonitor(Listener):
-    """Return ``LogMetrics({"lr-SGD": 0.1, ...})`` at each scheduler's interval (default), every epoch or step."""
+    """Return ``LogMetrics({"lr-SGD": 0.1, ...})`` at each scheduler's interval (default), every epoch or step.
 
-    def __init__(self, logging_interval: str | None = None) -> None:
+    ``log_momentum`` / ``log_weight_decay`` add each group's momentum (``betas[0]`` for Adam-like
+    optimizers) and weight decay, named ``<name>-momentum`` and ``<name>-weight_decay``, as Lightning's;
+    an optimizer without momentum logs 0, with Lightning's warning.
+    """
+
+    def __init__(
+        self, logging_interval: str | None = None, log_momentum: bool = False, log_weight_decay: bool = False
+    ) -> None:
         if logging_interval is not None and logging_interval not in _EVENTS:
             raise ValueError(
                 f"LearningRateMonitor(logging_interval={logging_interval!r}); choose None (each scheduler's own "
                 "interval, Lightning's default), 'epoch' or 'step'"
             )
+        for name, value in (("log_momentum", log_momentum), ("log_weight_decay", log_weight_decay)):
+            if not isinstance(value, bool):
+                raise ValueError(f"LearningRateMonitor({name}={value!r}) must be True or False")
         self.logging_interval = logging_interval
+        self.log_momentum, self.log_weight_decay = log_momentum, log_weight_decay
+        self._warned = False
 
     def subscriptions(self) -> Iterator[tuple[str, Callable[..., Any], int | None, bool | int]]:
         # Callable[..., Any], not events.Handler: these handlers take only the event, which the bus allows
@@ -123,4 +150,14 @@ class LearningRateMonitor(Listener):
                 f"(key {LR_PAYLOAD_KEY!r}: one (optimizer class name, (lr per param group, ...)) per optimizer), "
                 "and this trainer does not provide them; remove LearningRateMonitor from the listeners"
             )
-        return lightning_rates(optimizers, interval if self.logging_interval is None else "any")
+        if self.log_momentum and not self._warned:
+            self._warned = True
+            if any(len(e) > 5 and any(m is None for m, _ in e[5]) for e in optimizers):
+                warnings.warn(
+                    "You have set log_momentum=True, but some optimizers do not have momentum. This will log a value 0 "
+                    "for the momentum.",
+                    UserWarning,
+                    stacklevel=2,
+                )
+        due = interval if self.logging_interval is None else "any"
+        return lightning_rates(optimizers, due, self.log_momentum, self.log_weight_decay)

@@ -31,7 +31,8 @@ def learning_rates(run: Run) -> tuple[tuple[Any, ...], ...]:
     """What ``LearningRateMonitor`` reads, per optimizer (the ``lr`` payload).
 
     Its class name, each param group's learning rate, its first scheduler's interval (``""``: none),
-    each group's ``name`` (``None``: none), and its schedulers as ``(position, name, interval)``.
+    each group's ``name`` (``None``: none), its schedulers as ``(position, name, interval)``, and each
+    group's ``(momentum, weight_decay)`` (``betas[0]`` for an Adam-like optimizer; ``None`` when absent).
     """
     out = []
     for o in run.optimizers:
@@ -40,7 +41,9 @@ def learning_rates(run: Run) -> tuple[tuple[Any, ...], ...]:
         groups = o.param_groups
         rates = tuple(float(g["lr"]) for g in groups)
         interval = scheduled[0][2] if scheduled else ""
-        out.append((type(o).__name__, rates, interval, tuple(g.get("name") for g in groups), scheduled))
+        betas = "betas" in o.defaults
+        extra = tuple((g["betas"][0] if betas else g.get("momentum"), g.get("weight_decay")) for g in groups)
+        out.append((type(o).__name__, rates, interval, tuple(g.get("name") for g in groups), scheduled, extra))
     return tuple(out)
 
 
