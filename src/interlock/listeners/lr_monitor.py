@@ -3,8 +3,9 @@
 Listeners never see optimizers, so this reads the rates from the event payload:
 ``payload["lr"]`` must be a sequence with one ``(optimizer_class_name,
 (lr_of_group_0, lr_of_group_1, ...), scheduler_interval, (group names...),
-((position, name, interval) of each of its schedulers...))`` entry per optimizer (the interval
-``"step"``, ``"epoch"`` or ``""`` without a scheduler; the last two may be left out), on
+((position, name, interval) of each of its schedulers...), ((momentum, weight_decay) of each
+group...))`` entry per optimizer (the interval ``"step"``, ``"epoch"`` or ``""`` without a
+scheduler; the last three may be left out), on
 ``fit.train.epoch_start`` (``logging_interval="epoch"``) or ``fit.train.batch.optimizer_step``
 (``"step"``; the loggers that write Lightning's rows read it on ``fit.train.batch.step``, as
 Lightning's monitor logs at the batch start); ``None``, the default as in Lightning, logs each
