@@ -388,7 +388,8 @@ class TrainerView(NodeLayout):
 
     @property
     def interrupted(self) -> bool:
-        return self._run.facts.status == "interrupted"
+        """Lightning's: the call ends by an exception (Ctrl-C, a preemption signal, an error: ``on_exception``)."""
+        return self.state.status.value == "interrupted"
 
     @property
     def received_sigterm(self) -> bool:
