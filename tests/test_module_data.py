@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader, Dataset
 
 import interlock
 from _lightning_twin import interlock_trainer, lightning_trainer, pl
+from conftest import only
 
 
 class RandomDataset(Dataset[torch.Tensor]):
@@ -193,3 +194,41 @@ def test_configure_model_builds_layers_the_optimizer_then_trains(tmp_path: Path)
     interlock_trainer(tmp_path, max_epochs=1).fit(m)
     before = torch.nn.Linear(8, 1)
     assert m.head.weight.shape == before.weight.shape and m.head.weight.grad is None
+
+
+class _Rows(torch.utils.data.Dataset[torch.Tensor]):
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return torch.full((4,), float(i))
+
+
+def test_a_stage_releases_its_loader_workers(tmp_path: Path) -> None:
+    """After fit and validate with num_workers=2, no loader iterator or worker process is left for the GC to stop."""
+    import gc
+    import multiprocessing
+
+    from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
+
+    class Mean(interlock.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
+            return self.lin(batch).pow(2).mean()
+
+        def validation_step(self, batch: torch.Tensor, batch_idx: int) -> dict[str, torch.Tensor]:
+            return {"val_loss": self.lin(batch).pow(2).mean()}
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    data = torch.utils.data.DataLoader(_Rows(), batch_size=4, num_workers=2, shuffle=True)
+    trainer = interlock.Trainer(**only(), max_epochs=2, default_root_dir=str(tmp_path))
+    trainer.fit(Mean(), data, data)
+    trainer.validate(Mean(), data)
+    alive = [o for o in gc.get_objects() if isinstance(o, _MultiProcessingDataLoaderIter) and not o._shutdown]
+    assert alive == []  # before: the last epoch's iterator, kept by the run until a collection that waited 5 s
+    assert multiprocessing.active_children() == []
