@@ -382,8 +382,8 @@ def _continue(run: Run) -> Update | None:
         f"interlock: this trainer has fitted before (epoch {state.epoch}, global step {state.global_step}): "
         f"fit continues in {state.run_dir} with the next epoch" + (f"; nothing to train: {why}" if why else ""),
     )
+    _trained_through(run, state.epoch)  # its epoch is over: the sanity check and on_train_start see the next
     # nothing to train: restored in place, so the chart goes on from the stage's start (sanity check, then its end)
-    _trained_through(run, state.epoch)  # the epoch is over: on_train_start sees the next, as in Lightning
     return RestoreState(state.replace(chart=run.state.chart if why else resume_at))
 
 

@@ -69,8 +69,8 @@ def check_hook_names(module: Any) -> None:
             )
 
 
-def _trained_through(run: Run) -> int:
-    """The epoch whose training has ended (the callbacks' slot; -1 without one or before)."""
+def _ended_epoch(run: Run) -> int:
+    """The epoch whose training has ended (the callbacks' slot's ``trained_through``; -1 without one or before)."""
     slot = run.slots.get(CallbacksSlot)
     return slot.trained_through if slot is not None else -1
 
@@ -340,7 +340,7 @@ def register(reg: Registry) -> None:
                     world_size=int(getattr(strategy, "world_size", 1)),
                     loggers=run.loggers,
                     precision=precision.flag,
-                    trained=lambda: run.stage != "fit" or _trained_through(run) == run.counters.epoch,
+                    trained=lambda: run.stage != "fit" or _ended_epoch(run) == run.counters.epoch,
                     trainer=lambda: callbacks.view(run),
                 )  # fmt: skip
                 module.attach(view)
