@@ -45,6 +45,7 @@ from interlock.connectors.rundir import check_run_dir, continued_run_dir
 from interlock.connectors.signals import SignalsSlot
 from interlock.core.config import TrainerConfig
 from interlock.core.errors import CheckpointError, Interrupted, Preempted
+from interlock.core.logging import refuse_logs
 from interlock.core.registry import Action, Registry
 from interlock.core.run import Run
 from interlock.core.slots import CallbacksSlot
@@ -145,6 +146,7 @@ def dump(
     hook = getattr(module, "on_save_checkpoint", None)
     if callable(hook):  # Lightning's module hook: it may add its own keys (plain data and tensors) in place
         hook(payload)
+        refuse_logs(module, "on_save_checkpoint")
     return payload
 
 
@@ -284,6 +286,7 @@ def call_load_hook(module: torch.nn.Module, ckpt: Mapping[str, Any]) -> None:
     hook = getattr(module, "on_load_checkpoint", None)
     if callable(hook):
         hook(ckpt)
+        refuse_logs(module, "on_load_checkpoint")
 
 
 def check_ckpt_path(ckpt_path: Any, method: str = "fit") -> None:

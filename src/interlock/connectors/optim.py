@@ -12,6 +12,7 @@ import torch
 
 from interlock.connectors.hardware_slot import HardwareSlot
 from interlock.connectors.metrics import batch_end_outputs, loss_of
+from interlock.core.logging import refuse_logs
 from interlock.core.module import overrides, takes_batch_idx
 from interlock.core.progress import Counters
 from interlock.core.registry import NOOP, Action, Guard, Registry
@@ -360,6 +361,7 @@ def register(reg: Registry) -> None:
         def act() -> list[Update]:
             module: Any = run.module
             optimizers, schedulers = configure_optimizers(module.configure_optimizers())
+            refuse_logs(module, "configure_optimizers")
             if len(optimizers) > 1 and not is_manual(run):  # Lightning 2's rule: which would the step's loss step?
                 raise RuntimeError(
                     f"{type(module).__name__}.configure_optimizers() returned {len(optimizers)} optimizers: training "

@@ -20,7 +20,7 @@ from interlock.core.updates import Change, LogMetrics, Update
 
 __all__ = [
     "DEFAULTS", "AddLogged", "EpochLogged", "LogEntry", "RestoreMetrics", "check_reduce", "epoch_values",
-    "is_metric", "is_metric_collection", "scalars", "take",
+    "is_metric", "is_metric_collection", "refuse_logs", "scalars", "take",
 ]  # fmt: skip
 
 _REDUCE = {"mean": "mean", "avg": "mean", "sum": "sum", "max": "max", "min": "min"}
@@ -183,6 +183,22 @@ def _step_value(name: str, metric: Any) -> float:
             "call it (metric(preds, target)) before logging it, or log it with on_step=False (compute() at epoch end)"
         )
     return _float(name, cached)
+
+
+def refuse_logs(module: Any, fx: str) -> None:
+    """Raise, as :func:`take` does, when ``fx`` (a method no loop takes logs from) called ``self.log``.
+
+    ``configure_optimizers``, ``on_save_checkpoint``, ``on_load_checkpoint``: Lightning refuses ``self.log``
+    there; left in the buffer, the values would be taken by the next step or hook under its name.
+    """
+    logs = getattr(module, "__dict__", {}).get("_interlock_logs")
+    if logs:
+        names = sorted({e.name for e in logs})
+        logs.clear()
+        raise RuntimeError(
+            f"self.log({', '.join(map(repr, names))}) inside {fx} is not supported (as in Lightning); log from a step "
+            "or an epoch hook instead"
+        )
 
 
 def take(
