@@ -8,7 +8,7 @@ reductions live in ``state.logged`` (so a run saved mid-epoch resumes them exact
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import attrs
@@ -201,6 +201,18 @@ def refuse_logs(module: Any, fx: str) -> None:
         )
 
 
+def _check_repeats(entries: Sequence[LogEntry], fx: str) -> None:
+    """Lightning's error for one name logged twice in one call of ``fx`` with different options (values may differ)."""
+    options: dict[str, tuple[Any, ...]] = {}
+    for e in entries:
+        mine = (e.on_step, e.on_epoch, e.reduce, e.prog_bar, e.logger, e.sync_dist, e.add_idx)
+        if options.setdefault(e.name, mine) != mine:
+            raise ValueError(
+                f"You called `self.log({e.name}, ...)` twice in `{fx}` with different arguments. This is not allowed "
+                "(as in Lightning): log it once, or under two names"
+            )
+
+
 def take(
     logs: list[LogEntry],
     fx: str,
@@ -222,6 +234,7 @@ def take(
         raise RuntimeError(
             f"self.log() inside {fx} is not supported (as in Lightning); log from a step or an epoch hook instead"
         )
+    _check_repeats(entries, fx)
     step_metrics: dict[str, float] = {}
     shown: dict[str, bool] = {}
     loggers: dict[str, bool] = {}

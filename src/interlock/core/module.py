@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import inspect
+import numbers
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
@@ -337,7 +338,9 @@ class Module(ModelHooks, HyperparametersMixin, torch.nn.Module):
                     f"self.log({name!r}) needs a scalar, got a tensor of shape {tuple(value.shape)}; reduce it first"
                 )
             value = value.detach()
-        elif isinstance(value, bool) or not isinstance(value, int | float):
+        elif isinstance(value, bool) or (isinstance(value, numbers.Real) and not isinstance(value, int | float)):
+            value = float(value)  # True, a numpy scalar: Lightning logs them as floats
+        elif not isinstance(value, int | float):
             raise TypeError(f"self.log({name!r}, {value!r}): the value must be a number or a one-element tensor")
         if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
             raise ValueError(f"self.log({name!r}, batch_size={batch_size!r}): give an int >= 1 or leave it None")
