@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -127,6 +128,7 @@ class Trainer(NodeLayout, NativeTrainer):
 
             given.append(Timer(duration=max_time, interval="step"))
         self._clip_algorithm = gradient_clip_algorithm  # Lightning's attribute keeps None ("norm" is applied)
+        precision = _cpu_amp(accelerator, "32-true" if precision is None else precision)
         lightning_only = {
             "num_nodes": num_nodes,
             "inference_mode": inference_mode,
@@ -141,7 +143,7 @@ class Trainer(NodeLayout, NativeTrainer):
             accelerator=accelerator,
             strategy=strategy,
             devices=devices,
-            precision="32-true" if precision is None else precision,
+            precision=precision,
             logger=logger,
             callbacks=given or None,
             fast_dev_run=fast_dev_run,
@@ -567,6 +569,29 @@ _BAREBONES_OFF = {
     "detect_anomaly": "Anomaly detection",
     "profiler": "Profiling",
 }
+
+
+def _cpu_amp(accelerator: Any, precision: Any) -> Any:
+    """Lightning's precision on the CPU: ``16-mixed`` (fp16 AMP) becomes ``bf16-mixed``, with Lightning's warning.
+
+    The native ``interlock.Trainer`` runs fp16 autocast with loss scaling on the CPU as asked (docs/porting.md).
+    """
+    from interlock.accelerators.registry import select_accelerator
+    from interlock.plugins.precision import precision_plugin
+
+    try:
+        fp16_on_cpu = precision_plugin(precision).flag == "16-mixed" and select_accelerator(accelerator).name == "cpu"
+    except (TypeError, ValueError):  # a bad flag: the native Trainer names it
+        return precision
+    if not fp16_on_cpu:
+        return precision
+    warnings.warn(
+        "You passed `Trainer(accelerator='cpu', precision='16-mixed')` but AMP with fp16 is not supported on CPU. "
+        "Using `precision='bf16-mixed'` instead.",
+        UserWarning,
+        stacklevel=3,
+    )
+    return "bf16-mixed"
 
 
 def _refuse_in_barebones(**given: Any) -> None:
