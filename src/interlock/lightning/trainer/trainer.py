@@ -9,6 +9,7 @@ run (``trainer.model``). Nothing here runs per step.
 
 from __future__ import annotations
 
+import copy
 import datetime
 import os
 import warnings
@@ -371,6 +372,8 @@ class Trainer(NodeLayout, NativeTrainer):
             ended = (self.__dict__.get("_ended") or {}).get(stage)
             if ended is not None:  # the run it describes, as it ended: Lightning answers these after a call too
                 return getattr(view(ended), name)
+            if name in _BEFORE_A_RUN:  # Lightning's loops' figures before their first run
+                return copy.copy(_BEFORE_A_RUN[name])
             raise AttributeError(
                 f"trainer.{name} describes a {stage} run, and this trainer has none to read: it has not run {stage} "
                 "yet, or its last call ran in other processes (ddp_spawn, several ranks); read it after "
@@ -568,6 +571,17 @@ _BAREBONES_OFF = {
     "fast_dev_run": "Development run",
     "detect_anomaly": "Anomaly detection",
     "profiler": "Profiling",
+}
+
+
+#: what Lightning's trainer reads before a stage has run (its loops' initial figures)
+_BEFORE_A_RUN: dict[str, Any] = {
+    "num_training_batches": float("inf"),
+    "num_val_batches": [],
+    "num_sanity_val_batches": [],
+    "num_test_batches": [],
+    "num_predict_batches": [],
+    "val_check_batch": None,
 }
 
 
