@@ -234,7 +234,8 @@ def take(
         raise RuntimeError(
             f"self.log() inside {fx} is not supported (as in Lightning); log from a step or an epoch hook instead"
         )
-    _check_repeats(entries, fx)
+    if len(entries) > 1:
+        _check_repeats(entries, fx)
     step_metrics: dict[str, float] = {}
     shown: dict[str, bool] = {}
     loggers: dict[str, bool] = {}
