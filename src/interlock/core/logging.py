@@ -195,10 +195,15 @@ def refuse_logs(module: Any, fx: str) -> None:
     if logs:
         names = sorted({e.name for e in logs})
         logs.clear()
-        raise RuntimeError(
-            f"self.log({', '.join(map(repr, names))}) inside {fx} is not supported (as in Lightning); log from a step "
-            "or an epoch hook instead"
-        )
+        raise _not_here(fx, names)
+
+
+def _not_here(fx: str, names: Sequence[str] = ()) -> RuntimeError:
+    """Lightning's refusal of ``self.log`` inside ``fx`` (``names``: what was logged there)."""
+    return RuntimeError(
+        f"self.log({', '.join(map(repr, names))}) inside {fx} is not supported (as in Lightning); log from a step "
+        "or an epoch hook instead"
+    )
 
 
 def _check_repeats(entries: Sequence[LogEntry], fx: str) -> None:
@@ -231,9 +236,7 @@ def take(
     entries, logs[:] = list(logs), []
     defaults = DEFAULTS.get(fx)
     if defaults is None:
-        raise RuntimeError(
-            f"self.log() inside {fx} is not supported (as in Lightning); log from a step or an epoch hook instead"
-        )
+        raise _not_here(fx, sorted({e.name for e in entries}))
     if len(entries) > 1:
         _check_repeats(entries, fx)
     step_metrics: dict[str, float] = {}
