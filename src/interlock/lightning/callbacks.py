@@ -26,10 +26,12 @@ from typing import Any
 import torch
 
 from interlock.connectors.callbacks import CALLBACK_HOOKS
-from interlock.core.state import TrainerState
+from interlock.core.events import Event
+from interlock.core.state import TrainerState, callback_metrics
 from interlock.lightning._refuse import missing, refuse_value
 from interlock.lightning.callback import Callback
 from interlock.lightning.finetuning import BackboneFinetuning, BaseFinetuning
+from interlock.lightning.utilities import MisconfigurationException
 from interlock.listeners import DeviceStatsMonitor, GradientAccumulationScheduler
 from interlock.listeners import EarlyStopping as _EarlyStopping
 from interlock.listeners import LearningRateMonitor as _LearningRateMonitor
@@ -169,6 +171,14 @@ class ModelCheckpoint(_Bound, _ModelCheckpoint):
         """Lightning's ``state_key``: the class and the settings that tell two instances apart."""
         return self.lightning_state_key
 
+    def _missing_monitor(self, state: TrainerState) -> Exception:
+        """Lightning's error, with its list of candidates (the callback metrics, then ``epoch`` and ``step``)."""
+        keys = [*callback_metrics(state), "epoch", "step"]
+        return MisconfigurationException(
+            f"`ModelCheckpoint(monitor={self.monitor!r})` could not find the monitored key in the returned "
+            f"metrics: {keys}. HINT: Did you call `log({self.monitor!r}, value)` in the `LightningModule`?"
+        )
+
     @property
     def best_model_path(self) -> str:  # type: ignore[override]
         return _ModelCheckpoint.best_model_path(self, self._bound_state("best_model_path"))
@@ -247,6 +257,14 @@ class EarlyStopping(_Bound, _EarlyStopping):
     def state_key(self) -> str:
         """Lightning's ``state_key``: the class and the settings that tell two instances apart."""
         return self.lightning_state_key
+
+    def _missing_monitor(self, event: Event, state: TrainerState) -> str:
+        """Lightning's message, naming the callback metrics."""
+        names = "`, `".join(callback_metrics(state))
+        return (
+            f"Early stopping conditioned on metric `{self.monitor}` which is not available. Pass in or modify your "
+            f"`EarlyStopping` callback to use any of the following: `{names}`"
+        )
 
     @property
     def wait_count(self) -> int:

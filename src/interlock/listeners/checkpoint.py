@@ -370,10 +370,14 @@ class ModelCheckpoint(Listener):
             return
         validated = any(state.counts.get(n, 0) for n in getattr(self, "_val_ends", ()))
         if validated or self.monitor.startswith("train_"):
-            raise KeyError(
-                f"ModelCheckpoint(monitor={self.monitor!r}) found no such metric; the metrics are "
-                f"{sorted(state.metrics)}: return it from a step or fix 'monitor'"
-            )
+            raise self._missing_monitor(state)
+
+    def _missing_monitor(self, state: TrainerState) -> Exception:
+        """The error for a monitor no metric has, once one should (validation ran, or a ``train_`` name)."""
+        return KeyError(
+            f"ModelCheckpoint(monitor={self.monitor!r}) found no such metric; the metrics are "
+            f"{sorted(state.metrics)}: return it from a step or fix 'monitor'"
+        )
 
     def _better(self, a: float | None, b: float | None) -> bool:
         if a is None or b is None:

@@ -121,14 +121,18 @@ class EarlyStopping(Listener):
             "stopped_epoch": int(stored.get("stopped_epoch", 0)),
         }
 
+    def _missing_monitor(self, event: Event, state: TrainerState) -> str:
+        """The message (an error when ``strict``) for a monitor no metric has."""
+        return (
+            f"Early stopping conditioned on metric {self.monitor!r}, which is not available at {event.name!r}. "
+            f"Pass in or modify your EarlyStopping listener to use any of the following: {sorted(state.metrics)}"
+        )
+
     def on_check(self, event: Event, state: TrainerState) -> list[Update] | None:
         if self._skip:
             return None
         if self.monitor not in state.metrics:
-            message = (
-                f"Early stopping conditioned on metric {self.monitor!r}, which is not available at {event.name!r}. "
-                f"Pass in or modify your EarlyStopping listener to use any of the following: {sorted(state.metrics)}"
-            )
+            message = self._missing_monitor(event, state)
             if self.strict:
                 raise RuntimeError(message)
             if self.verbose:

@@ -1,5 +1,6 @@
-# monitors that find nothing (EarlyStopping strict and not, ModelCheckpoint with validation off), a failing step seen
-# by a callback's on_exception (trainer.interrupted, the status), and the trainer's state after each
+# monitors that find nothing (EarlyStopping strict and not, ModelCheckpoint with validation off; the errors' types and
+# messages), a failing step seen by a callback's on_exception (trainer.interrupted, the status), and the trainer's state
+# after each
 import os
 
 import pytorch_lightning as pl
@@ -61,10 +62,7 @@ def attempt(model, root, name, **kw):
         trainer.fit(model, data, data)
         outcome = "ok"
     except Exception as e:  # noqa: BLE001
-        # a monitor no one logs: Lightning's MisconfigurationException, interlock's KeyError (both name the keys)
-        outcome = {"MisconfigurationException": "monitor error", "KeyError": "monitor error"}.get(
-            type(e).__name__, type(e).__name__
-        )
+        outcome = (type(e).__name__, str(e))
     ck = trainer.checkpoint_callback
     files = sorted(os.listdir(ck.dirpath)) if ck is not None and ck.dirpath and os.path.isdir(ck.dirpath) else []
     files = [f for f in files if f != "last.ckpt"]  # interlock's default checkpoint also keeps last.ckpt (documented)
