@@ -62,8 +62,8 @@ def test_an_unknown_name_is_an_error_that_lists_the_registered_ones() -> None:
         CHART.check_names(reg.actions, reg.guards, reg.counters, reg.payload)
     text = str(info.value)
     assert (
-        "unknown action 'optim.step'; registered: optim.close_window, optim.configure, optim.skip_batch, "
-        "optim.step_epoch_schedulers" in text
+        "unknown action 'optim.step'; registered: optim.close_window, optim.configure, optim.plateau_step, "
+        "optim.skip_batch, optim.step_epoch_schedulers" in text
     )
     assert "unknown guard 'schedule.val_due'; registered: schedule.sanity_due, schedule.val_due_at_end" in text
 

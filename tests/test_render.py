@@ -147,9 +147,12 @@ def _dot_cluster_text(dot: str, state_id: str) -> str:
 
 
 def _label(t: TransitionSpec, n: int = 0, sep: str = " ") -> str:
-    """What an edge should read, built from the chart: ``trigger [guard]``, the count, ``/ do1, do2``."""
+    """What an edge should read, built from the chart: ``trigger [guard]``, the count, ``/ do1, do2``.
+
+    In a drawing (``sep`` a newline) each action is on a line of its own.
+    """
     text = t.trigger + (f" [{t.guard}]" if t.guard else "") + (f" {X}{n}" if n else "")
-    return text + (f"{sep}/ {', '.join(t.do)}" if t.do else "")
+    return text + (f"{sep}/ {(',' + sep).join(t.do)}" if t.do else "")
 
 
 def _dot_edge_label(dot: str, tail: str, head: str) -> str:
@@ -298,11 +301,14 @@ def test_every_declared_transition_is_an_edge_with_its_guard_and_actions(chart: 
     assert len(expected_mermaid) > sum(len(s.on) for s in chart.states.values())  # the `always` ones are there
     # the training batch loop's ways out, guards first, the default last
     assert "fit__train__batch__end --> fit__train__val : validate [schedule.val_due]\n" in text
-    assert "fit__train__batch__end --> teardown : preempt [signals.preempted] / checkpoint.save_preempted\n" in text
+    assert (
+        "fit__train__batch__end --> teardown : preempt [signals.preempted] / optim.plateau_step, "
+        "checkpoint.save_preempted\n" in text
+    )
     assert "fit__train__batch__end --> fit__train__batch__fetch : next\n" in text
     assert "teardown --> finished : finish / run.finish\n" in text
     assert _dot_edge_label(dot, "fit__train__batch__end", "fit__train__epoch_end") == (
-        "epoch_end [limits.epoch_done]\\n/ module.on_train_epoch_end, metrics.log_train"
+        "epoch_end [limits.epoch_done]\\n/ optim.plateau_step,\\nmodule.on_train_epoch_end,\\nmetrics.log_train"
     )
 
 
@@ -310,10 +316,10 @@ def test_states_show_their_entry_and_exit_actions(chart: Chart) -> None:
     """Leaves list `entry once / ...`, `entry / ...`, `exit / ...` under their name; compound states in the title."""
     ids = state_ids(chart)
     text, dot = to_mermaid(chart), to_dot(chart)
-    assert "                fit__train__batch__fetch : entry / data.fetch\n" in text
+    assert "                fit__train__batch__fetch : entry / optim.plateau_step, data.fetch\n" in text
     assert 'state "batch<br>entry / data.reenter, module.train" as fit__train__batch {' in text
     assert 'state "val<br>entry / data.reenter, eval.open<br>exit / eval.close" as fit__train__val {' in text
-    assert _dot_node_text(dot, "fit__train__batch__fetch") == "fetch\nentry / data.fetch"
+    assert _dot_node_text(dot, "fit__train__batch__fetch") == "fetch\nentry / optim.plateau_step, data.fetch"
     end = "end\nentry once / module.on_train_batch_end\nentry / signals.vote"
     assert _dot_node_text(dot, "fit__train__batch__end") == end
     assert (
@@ -383,7 +389,7 @@ def test_traced_fit_highlights_visits_and_counts(chart: Chart, fit_run: Path) ->
     assert f'state "end {X}6" as fit__train__batch__end' in text
     assert f"fit__train__batch__end --> fit__train__batch__fetch : next {X}4" in text
     assert f"fit__train__batch__fetch --> fit__train__batch__step : fetched [data.fetched] {X}6\n" in text
-    assert f"fit__train__batch__end --> fit__train__epoch_end : epoch_end [limits.epoch_done] {X}2 / module" in text
+    assert f"fit__train__batch__end --> fit__train__epoch_end : epoch_end [limits.epoch_done] {X}2 / optim" in text
     assert "fit__train__batch__end --> fit__train__val : validate [schedule.val_due]\n" in text  # not taken
     assert re.search(r"^    class (\w+,)*finished(,\w+)* final$", text, re.M)
     assert re.search(r"^    class (\w+,)*fit__train__batch__end(,\w+)* visited$", text, re.M)
@@ -445,12 +451,12 @@ def test_traced_real_run_labels_taken_edges_with_guard_and_count(chart: Chart, r
     )
     assert re.search(rf'label=" validate \[schedule\.val_due\] {X}2", penwidth=2\.2, color="#2e7d32"', dot)
     assert re.search(
-        rf'label=" epoch_end \[limits\.epoch_done_after_val\] {X}1\\n/ module\.on_train_epoch_end, '
-        r'metrics\.log_train", penwidth=2\.2',
+        rf'label=" epoch_end \[limits\.epoch_done_after_val\] {X}1\\n/ optim\.plateau_step,\\n'
+        r'module\.on_train_epoch_end,\\nmetrics\.log_train", penwidth=2\.2',
         dot,
     )
     assert re.search(
-        r'label=" epoch_end \[limits\.epoch_done\]\\n/ module\.on_train_epoch_end, '
+        r'label=" epoch_end \[limits\.epoch_done\]\\n/ optim\.plateau_step,\\nmodule\.on_train_epoch_end,\\n'
         r'metrics\.log_train", color="#b0b0b0"',
         dot,
     )
@@ -472,7 +478,7 @@ def test_traced_preemption_marks_where_the_run_stopped(chart: Chart, preempted_r
     )
     assert re.search(r'"fit__train__batch__end" \[[^\]]*fillcolor="#ffe0b2", color="#e65100"', dot)
     assert _dot_edge_label(dot, "fit__train__batch__end", "teardown") == (
-        f"preempt [signals.preempted] {X}1\\n/ checkpoint.save_preempted"
+        f"preempt [signals.preempted] {X}1\\n/ optim.plateau_step,\\ncheckpoint.save_preempted"
     )
     assert re.search(rf'preempt \[signals\.preempted\] {X}1[^"]*", penwidth=2\.2, color="#e65100"', dot)
     assert re.search(rf'label=" interrupted \[run\.interrupted\] {X}1", penwidth=2\.2, color="#e65100"', dot)
@@ -480,7 +486,10 @@ def test_traced_preemption_marks_where_the_run_stopped(chart: Chart, preempted_r
     assert "stopped by preempt in fit.train.batch.end, ended in interrupted" in dot
     assert "✗" not in dot  # no failure
     text = to_mermaid(chart, trace)
-    assert f"fit__train__batch__end --> teardown : preempt [signals.preempted] {X}1 / checkpoint.save_preempted" in text
+    assert (
+        f"fit__train__batch__end --> teardown : preempt [signals.preempted] {X}1 / optim.plateau_step, "
+        "checkpoint.save_preempted" in text
+    )
     assert re.search(r"^    class fit__train__batch__end interrupted$", text, re.M)
     assert re.search(r"^    class (\w+,)*interrupted(,\w+)* final$", text, re.M)
     assert re.search(r'^title: "run preempted: stopped by preempt in fit\.train\.batch\.end', text, re.M)

@@ -456,7 +456,8 @@ def register(reg: Registry) -> None:
                     if batch.loss is not None:
                         scaled()
 
-        per_step = [s for s in schedulers if s.interval == "step"]
+        # a ReduceLROnPlateau steps after the batch's hooks and validation (optim.plateau_step)
+        per_step = [s for s in schedulers if s.interval == "step" and not s.reduce_on_plateau]
         at_last = [s for s in schedulers if s.interval == "epoch" and not s.reduce_on_plateau]
         if not per_step and not at_last:  # the slot's list is never changed in place: a new one is bound again
             return stepper
@@ -490,6 +491,37 @@ def register(reg: Registry) -> None:
             if step.index % (every if scheduled is None else scheduled()) == 0:
                 for optimizer in optimizers:
                     module.optimizer_zero_grad(counters.epoch, step.index, optimizer)  # type: ignore[operator]
+
+        return act
+
+    @reg.action("optim.plateau_step", reads=("optim",))
+    def step_plateau(run: Run, params: Mapping[str, Any]) -> Action:
+        """Step the step-interval ``ReduceLROnPlateau`` schedulers once a batch that stepped has ended.
+
+        Lightning's order: after the batch's ``on_train_batch_end`` and after the validation that
+        runs at that batch, so a monitored validation metric is the new one. The chart runs this
+        action where the next batch is fetched and on the ways from a batch (or its validation) to
+        the epoch's end and to a preemption; it steps once per batch that stepped the optimizer: the
+        batch it ran at is kept in ``state.data``, so a resume at the batch's end steps it as the
+        uninterrupted run does.
+        """
+        schedulers = [s for s in run.slot(OptimSlot).schedulers if s.interval == "step" and s.reduce_on_plateau]
+        if not schedulers or is_manual(run):  # under manual optimization training_step steps them (Lightning's)
+            return NOOP
+        counters, config, sched_step = run.counters, run.config, _scheduler_stepper(run.module)
+
+        def act() -> Update | None:
+            facts = run.facts
+            data = facts.data
+            every = facts.accumulate_grad_batches or config.accumulate_grad_batches
+            limit = facts.limits.get("train")
+            i = counters.batch_idx  # the batches of this epoch so far: the one that ended is the i-th
+            stepped = every == 1 or i % every == 0 or (limit is not None and i >= limit) or data.get("window_stepped")
+            at = f"{counters.epoch}:{i}"
+            if not i or not stepped or data.get("plateau_stepped") == at:  # i == 0: the epoch's first fetch
+                return None
+            step_schedulers(schedulers, "step", i, facts.metrics, sched_step)
+            return SetDataPosition({"plateau_stepped": at})
 
         return act
 

@@ -149,10 +149,13 @@ class _Edge:
         return (self.state, self.trigger, self.eventless)
 
     def label(self, n: int = 0, guard: str | None = None, sep: str = " ") -> str:
-        """``trigger [guard]``, the count ``n`` if any, then ``/ do1, do2``; ``sep`` goes before the ``/``."""
+        """``trigger [guard]``, the count ``n`` if any, then ``/ do1, do2``; ``sep`` goes before the ``/``.
+
+        With a newline ``sep`` (a drawing) each action is a line of its own, which keeps a long list narrow.
+        """
         guard = self.guard or guard
         text = self.trigger + (f" [{guard}]" if guard else "") + _times(n)
-        return text + (f"{sep}/ {', '.join(self.do)}" if self.do else "")
+        return text + (f"{sep}/ {(',' + sep).join(self.do)}" if self.do else "")
 
 
 def _declared(chart: Chart) -> list[_Edge]:
