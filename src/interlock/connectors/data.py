@@ -340,14 +340,22 @@ def _looks_like_batch(item: Any) -> bool:
 
 
 def split_loaders(key: str, loaders: Any) -> dict[str, Iterable[Any]]:
-    """The feeds of one loop: a list or tuple of evaluation loaders is several loaders, as in Lightning.
+    """The feeds of one loop: a list, tuple or dict of evaluation loaders is several loaders, as in Lightning.
 
-    Training data is one loader. A list whose items look like batches (tensors, tuples of
-    tensors) is refused: wrap the batches in a ``DataLoader``, or pass ``[batches]`` as one loader.
+    A dict's loaders run in its order, numbered as a list's are (Lightning's ``CombinedLoader`` in
+    its ``sequential`` mode: ``dataloader_idx`` 0, 1, ...). Training data is one loader: several
+    (a dict, or a list of DataLoaders, which Lightning cycles together) are refused, naming
+    the way. A list whose items look like batches (tensors, tuples of tensors) is refused: wrap
+    the batches in a ``DataLoader``, or pass ``[batches]`` as one loader.
     """
     if loaders is None:
         return {}
-    if key == "train" or not isinstance(loaders, list | tuple):
+    if key == "train":
+        _one_training_loader(loaders)
+        return {key: loaders}
+    if isinstance(loaders, Mapping):
+        loaders = list(loaders.values())
+    if not isinstance(loaders, list | tuple):
         return {key: loaders}
     for i, item in enumerate(loaders):
         if _looks_like_batch(item) or not isinstance(item, Iterable):
@@ -357,6 +365,22 @@ def split_loaders(key: str, loaders: Any) -> dict[str, Iterable[Any]]:
                 "of batches in a list ([batches]) to make it one loader"
             )
     return {feed_key(key, i): loader for i, loader in enumerate(loaders)}
+
+
+def _one_training_loader(loaders: Any) -> None:
+    """Refuse several training loaders (Lightning combines them; interlock trains on one)."""
+    if isinstance(loaders, Mapping):
+        several = f"a {type(loaders).__name__} of {len(loaders)} loaders ({', '.join(map(repr, loaders))})"
+    elif isinstance(loaders, list | tuple) and any(isinstance(x, DataLoader) for x in loaders):
+        several = f"a {type(loaders).__name__} of {len(loaders)} DataLoaders"
+    else:
+        return
+    raise TypeError(
+        f"the training data is {several}: Lightning cycles several training loaders together (CombinedLoader, "
+        "mode 'max_size_cycle', each batch a collection of theirs); interlock trains on one loader, so that "
+        "its position resumes exactly: make one Dataset whose items hold an item of each (index the shorter ones "
+        "modulo their length for Lightning's cycling) and pass one DataLoader over it"
+    )
 
 
 def with_datamodule_state(run: Run, state: TrainerState) -> TrainerState:
