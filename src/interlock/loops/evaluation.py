@@ -149,7 +149,7 @@ def register(reg: Registry) -> None:
         def act() -> Update:
             if sanity:  # what the sanity check logs is dropped when it ends (Lightning resets the metrics)
                 slot.before_sanity = RestoreMetrics.of(run.facts)
-            was_training[key] = run.module.training
+            was_training[key] = {name: m.training for name, m in run.module.named_modules()}
             grad_was.setdefault(key, torch.is_grad_enabled())
             torch.set_grad_enabled(False)
             to_eval()  # the module's on_validation_model_eval / on_test_model_eval / ... when it has one
@@ -182,7 +182,7 @@ def register(reg: Registry) -> None:
 
     @reg.action("eval.close", reads=("eval",))
     def close(run: Run, params: Mapping[str, Any]) -> Action:
-        """Put back the module's mode and gradients as they were before the loop; drop the loop's iterator."""
+        """Put back the module's modes (each submodule's) and gradients as before the loop; drop its iterator."""
         key, _ = _params(params, "eval.close")
         to_train = _own_hook(run.module, f"on_{_LOOPS.get(key, key)}_model_train")
         slot = run.slot(EvalSlot)
@@ -195,8 +195,10 @@ def register(reg: Registry) -> None:
             was = was_training.pop(key, None)
             if to_train is not None:  # the module's on_validation_model_train / on_test_model_train
                 to_train()
-            elif was is not None:
-                run.module.train(was)
+            elif was is not None:  # each submodule's own mode, as Lightning puts them back (a frozen part stays so)
+                for name, m in run.module.named_modules():
+                    if name in was:
+                        m.training = was[name]
             restore, slot.before_sanity = slot.before_sanity, None
             return restore  # type: ignore[no-any-return]
 

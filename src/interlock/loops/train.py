@@ -10,6 +10,7 @@ their connectors')::
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -48,12 +49,28 @@ def learning_rates(run: Run) -> tuple[tuple[Any, ...], ...]:
 
 
 def register(reg: Registry) -> None:
-    """``module.train``, ``module.training_step`` and the payload keys of training events."""
+    """``module.warn_eval_modes``, ``module.training_step`` and the payload keys of training events."""
 
-    @reg.action("module.train")
-    def train(run: Run, params: Mapping[str, Any]) -> Action:
-        """Put the module in training mode."""
-        return lambda: run.module.train() and None
+    @reg.action("module.warn_eval_modes")
+    def warn_eval_modes(run: Run, params: Mapping[str, Any]) -> Action:
+        """Warn, as Lightning does, when submodules are in eval mode as training starts; change nothing.
+
+        The trainer never calls ``.train()``: the modes are the user's (a frozen BatchNorm backbone stays
+        frozen), and each evaluation loop puts back every submodule's mode when it ends (``eval.close``).
+        """
+        module = run.module
+
+        def act() -> None:
+            frozen = [name for name, m in module.named_modules() if not m.training]
+            if frozen:
+                warnings.warn(
+                    f"Found {len(frozen)} module(s) in eval mode at the start of training. This may lead to "
+                    "unexpected behavior during training. If this is intentional, you can ignore this warning.",
+                    UserWarning,
+                    stacklevel=2,
+                )
+
+        return act
 
     @reg.action("module.training_step", reads=("data", "device", "dist", "hardware"))
     def training_step(run: Run, params: Mapping[str, Any]) -> Action:
