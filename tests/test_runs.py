@@ -37,6 +37,7 @@ from interlock.connectors import rundir
 from interlock.connectors.signals import PreemptionFlag
 from interlock.core.errors import RunDirectoryInUse
 from interlock.listeners.checkpoint import ModelCheckpoint
+from interlock.plugins import checkpoint_io
 from interlock.plugins.checkpoint_io import TorchCheckpointIO
 
 IO = TorchCheckpointIO()
@@ -387,6 +388,27 @@ def test_a_run_directory_deleted_while_training_is_not_silently_recreated(tmp_pa
         trainer.fit(TinyModule(), loader())
     assert "version_0" in str(info.value)
     assert not (tmp_path / "runs" / "version_0" / "checkpoints").exists()
+    assert trainer.state.status == "failed"
+
+
+def test_a_run_directory_deleted_under_a_background_save_is_named_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deletion that lands while the fit's last save is written (past the check before it) gets the clear error."""
+    finish, calls = checkpoint_io._finish, []
+
+    def deleted_meanwhile(sink: Any, tmp: Path, fd: int, target: Path) -> None:
+        calls.append(target)
+        shutil.rmtree(target.parent.parent)  # the run directory, as the save is being written
+        finish(sink, tmp, fd, target)
+
+    monkeypatch.setattr(checkpoint_io, "_finish", deleted_meanwhile)
+    saver = ModelCheckpoint(save_top_k=-1, save_last=False)  # one save, at the epoch's end: no check comes after it
+    trainer = interlock.Trainer(max_epochs=1, **only(saver), default_root_dir=tmp_path)
+    with pytest.raises(OSError, match="was deleted or replaced while this run was writing it") as info:
+        trainer.fit(TinyModule(), loader())
+    assert "No such file or directory" in str(info.value.__context__)  # the write's own error, kept as the context
+    assert len(calls) == 1 and not (tmp_path / "runs" / "version_0").exists()
     assert trainer.state.status == "failed"
 
 

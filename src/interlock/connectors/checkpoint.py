@@ -16,10 +16,12 @@ and the listeners' stored paths are checked against that directory
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import signal
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -450,6 +452,25 @@ def _write(
     strategy.barrier()
 
 
+@contextlib.contextmanager
+def _naming_a_vanished_run_dir(run: Run) -> Iterator[None]:
+    """A file missing under a save because the run directory was deleted meanwhile: the error that says so.
+
+    The check before each save (:func:`check_run_dir`) cannot see a deletion that lands while a
+    background save is writing its temporary file; that save then fails with a bare ``ENOENT``
+    (raised by the next save or by ``checkpoint.wait``).
+    """
+    try:
+        yield
+    except Exception as exc:
+        cause: BaseException | None = exc
+        while cause is not None and not (isinstance(cause, OSError) and cause.errno == errno.ENOENT):
+            cause = cause.__cause__ or cause.__context__  # the IO plugin wraps a write's OSError in CheckpointError
+        if cause is not None:
+            check_run_dir(run)  # raises the OutputError naming the deleted directory (this error as its context)
+        raise
+
+
 def _sio() -> Any:
     """:mod:`interlock.plugins.sharded_io`, imported on demand (torch.distributed.checkpoint is slow to import)."""
     from interlock.plugins import sharded_io
@@ -642,7 +663,8 @@ def register(reg: Registry) -> None:
 
         def act() -> None:
             try:
-                run.checkpoint.io.wait()
+                with _naming_a_vanished_run_dir(run):
+                    run.checkpoint.io.wait()
             finally:
                 run.slot(HardwareSlot).strategy.wait_for_checkpoints()
 
@@ -653,7 +675,8 @@ def register(reg: Registry) -> None:
         """Write the checkpoint, then delete the files it replaces once it is in place."""
 
         def save(request: SaveCheckpoint) -> None:
-            _write(run, request.path, request.weights_only)
+            with _naming_a_vanished_run_dir(run):  # a background save of an earlier request may fail here
+                _write(run, request.path, request.weights_only)
             if run.slot(HardwareSlot).strategy.is_global_zero:
                 for old in request.replaces:
                     if is_sharded(old):
