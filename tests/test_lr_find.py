@@ -50,14 +50,15 @@ def test_rates_losses_and_suggestion_equal_lightnings(tmp_path: Path, sweep: dic
 
 
 def test_the_module_is_unchanged_and_the_plot_is_written(tmp_path: Path) -> None:
-    """After the sweep the weights and training mode are as before; lr_find.svg marks the suggestion."""
+    """After the sweep the weights and each part's training mode are as before; lr_find.svg marks the suggestion."""
     module = Twin()
-    module.eval()
+    module.layer.eval()  # a frozen part, the module itself training
     before = {k: v.clone() for k, v in module.state_dict().items()}
     trainer = interlock.Trainer(max_epochs=50, default_root_dir=tmp_path, accelerator="cpu")
     finder = lr_find(trainer, module, loader(40, batch_size=4), num_training=50)
     assert finder is not None
-    assert all(torch.equal(before[k], v) for k, v in module.state_dict().items()) and not module.training
+    assert all(torch.equal(before[k], v) for k, v in module.state_dict().items())
+    assert module.training and not module.layer.training
     svg = ET.parse(Path(finder.run_dir) / "lr_find.svg").getroot()
     ns = "{http://www.w3.org/2000/svg}"
     points = svg.find(f"{ns}polyline").get("points").split()  # type: ignore[union-attr]

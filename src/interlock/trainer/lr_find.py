@@ -219,12 +219,13 @@ def lr_find(
     )
     trainer = Trainer(**flags)
     saved = {k: v.detach().clone() for k, v in module.state_dict().items()}
-    training = module.training
+    modes = {m: m.training for m in module.modules()}  # each part's own mode: a frozen backbone stays frozen
     try:
         trainer.fit(module, train_dataloaders, val_dataloaders, datamodule=datamodule)
     finally:
         module.load_state_dict(saved)
-        module.train(training)
+        for part, training in modes.items():
+            part.training = training
     state = trainer.state
     if state.global_step != num_training:
         _log.info("the learning-rate finder stopped after %d steps: the loss diverged", state.global_step)
