@@ -39,7 +39,7 @@ from interlock.connectors.data import (
 from interlock.connectors.hardware_slot import HardwareSlot
 from interlock.connectors.history import HistoryLog, fingerprint_of, read_history
 from interlock.connectors.metrics import scalars
-from interlock.connectors.optim import Scheduler
+from interlock.connectors.optim import Scheduler, window_closed
 from interlock.connectors.replayto import check_record, follow
 from interlock.connectors.resume_check import check_optimizers, check_precision, check_rng, check_schedulers
 from interlock.connectors.rng import RestoreRNG, get_rng_states
@@ -446,6 +446,8 @@ def _write(
     )
     if weights_only:  # Lightning's save_weights_only: no optimizer, scheduler or gradient state
         payload.update(optimizer_states=[], lr_schedulers=[], grads={}, weights_only=True)
+    elif payload["grads"] and window_closed(run)():  # kept past the step (a LightningModule): never used again
+        payload["grads"] = {}
     if strategy.is_global_zero:
         check_run_dir(run)  # a deleted run directory is not silently recreated by the save
         run.checkpoint.io.save_checkpoint(payload, path)

@@ -12,6 +12,7 @@ import torch
 
 from interlock.connectors.hardware_slot import HardwareSlot
 from interlock.connectors.metrics import batch_end_outputs, loss_of
+from interlock.core.hooks import own_hook
 from interlock.core.logging import refuse_logs
 from interlock.core.module import overrides, takes_batch_idx
 from interlock.core.progress import Counters
@@ -262,7 +263,7 @@ def module_step_action(run: Run) -> Callable[[], None]:
     cfg, precision, step, counters = run.config, run.slot(HardwareSlot).precision, run.step, run.counters
     custom_clip = overrides(module, "configure_gradient_clipping")
     custom_step = overrides(module, "optimizer_step")
-    zero_after = not overrides(module, "optimizer_zero_grad")
+    zero_after = not overrides(module, "optimizer_zero_grad") and getattr(module, "zero_grad_after_step", True)
     by_norm = cfg.gradient_clip_algorithm == "norm"
 
     def clip(optimizer: torch.optim.Optimizer) -> None:
@@ -312,6 +313,25 @@ def module_step_action(run: Run) -> Callable[[], None]:
                 optimizer.zero_grad(set_to_none=True)
 
     return act
+
+
+def window_closed(run: Run) -> Callable[[], bool]:
+    """Whether the training batch that ended last closed its accumulation window (the optimizer stepped there).
+
+    Lightning's ``not _should_accumulate()`` at that batch's end: its index is a multiple of the
+    (scheduled) factor, it was the epoch's last, or the data ran out with the window stepped.
+    """
+    counters, config = run.counters, run.config
+
+    def closed() -> bool:
+        facts = run.facts
+        every = facts.accumulate_grad_batches or config.accumulate_grad_batches
+        limit = facts.limits.get("train")
+        i = counters.batch_idx
+        stepped_last = limit is not None and i >= limit
+        return every == 1 or i % every == 0 or stepped_last or bool(facts.data.get("window_stepped"))
+
+    return closed
 
 
 def is_manual(run: Run) -> bool:
@@ -448,7 +468,8 @@ def register(reg: Registry) -> None:
         if custom or any(_needs_closure(o) for o in optim.optimizers):
             stepper = module_step_action(run)
         else:
-            stepper = precision.step_action(optim.optimizers, cfg.clip_val, cfg.gradient_clip_algorithm == "norm")
+            zero = getattr(module, "zero_grad_after_step", True)
+            stepper = precision.step_action(optim.optimizers, cfg.clip_val, cfg.gradient_clip_algorithm == "norm", zero)
             if precision.uses_scaler:  # a step that returned None made no gradient to unscale: Lightning skips it
                 scaled = stepper
 
@@ -479,10 +500,13 @@ def register(reg: Registry) -> None:
     def zero_grad(run: Run, params: Mapping[str, Any]) -> Action:
         """The module's ``optimizer_zero_grad`` before backward, at the first batch of each accumulation (Lightning's).
 
-        A no-op when the module does not override it: the optimizer step then zeroes the gradients.
+        Without an override it zeroes each optimizer's gradients there when the module keeps them past the
+        step (``zero_grad_after_step = False``, as a ``LightningModule``); otherwise it is a no-op and the
+        optimizer step zeroes them.
         """
         module = run.module
-        if not overrides(module, "optimizer_zero_grad") or is_manual(run):
+        custom = overrides(module, "optimizer_zero_grad")
+        if is_manual(run) or not (custom or not getattr(module, "zero_grad_after_step", True)):
             return NOOP
         every, step, counters, scheduled = run.config.accumulate_grad_batches, run.step, run.counters, accumulation(run)
         optimizers = run.slot(OptimSlot).optimizers
@@ -490,9 +514,40 @@ def register(reg: Registry) -> None:
         def act() -> None:
             if step.index % (every if scheduled is None else scheduled()) == 0:
                 for optimizer in optimizers:
-                    module.optimizer_zero_grad(counters.epoch, step.index, optimizer)  # type: ignore[operator]
+                    if custom:
+                        module.optimizer_zero_grad(counters.epoch, step.index, optimizer)  # type: ignore[operator]
+                    else:
+                        optimizer.zero_grad()  # Lightning's default optimizer_zero_grad
 
         return act
+
+    @reg.action("module.zero_grad")
+    def stage_zero_grad(run: Run, params: Mapping[str, Any]) -> Action:
+        """Release the gradients a module kept past its last optimizer step, as each stage starts (Lightning's).
+
+        Only for a module with ``zero_grad_after_step = False`` (a ``LightningModule``): Lightning calls
+        ``zero_grad()`` at the start of every fit, validate, test and predict; a module whose gradients
+        are zeroed after each step has none left.
+        """
+        module: Any = run.module
+        if getattr(module, "zero_grad_after_step", True):
+            return NOOP
+        return lambda: module.zero_grad() and None
+
+    @reg.action("module.on_validation_model_zero_grad")
+    def val_zero_grad(run: Run, params: Mapping[str, Any]) -> Action:
+        """Before validation inside fit, when no accumulation window is open: release the gradients (Lightning's).
+
+        The module's ``on_validation_model_zero_grad`` when it overrides it, else ``module.zero_grad()``
+        for a module that keeps its gradients past the optimizer step; nothing otherwise (they are freed).
+        """
+        module: Any = run.module
+        custom = own_hook(module, "on_validation_model_zero_grad")
+        if custom is None and getattr(module, "zero_grad_after_step", True):
+            return NOOP
+        release = (lambda: custom(module)) if custom is not None else module.zero_grad
+        closed = window_closed(run)
+        return lambda: release() if closed() else None
 
     @reg.action("optim.plateau_step", reads=("optim",))
     def step_plateau(run: Run, params: Mapping[str, Any]) -> Action:
@@ -508,17 +563,13 @@ def register(reg: Registry) -> None:
         schedulers = [s for s in run.slot(OptimSlot).schedulers if s.interval == "step" and s.reduce_on_plateau]
         if not schedulers or is_manual(run):  # under manual optimization training_step steps them (Lightning's)
             return NOOP
-        counters, config, sched_step = run.counters, run.config, _scheduler_stepper(run.module)
+        counters, sched_step, closed = run.counters, _scheduler_stepper(run.module), window_closed(run)
 
         def act() -> Update | None:
             facts = run.facts
-            data = facts.data
-            every = facts.accumulate_grad_batches or config.accumulate_grad_batches
-            limit = facts.limits.get("train")
             i = counters.batch_idx  # the batches of this epoch so far: the one that ended is the i-th
-            stepped = every == 1 or i % every == 0 or (limit is not None and i >= limit) or data.get("window_stepped")
             at = f"{counters.epoch}:{i}"
-            if not i or not stepped or data.get("plateau_stepped") == at:  # i == 0: the epoch's first fetch
+            if not i or not closed() or facts.data.get("plateau_stepped") == at:  # i == 0: the epoch's first fetch
                 return None
             step_schedulers(schedulers, "step", i, facts.metrics, sched_step)
             return SetDataPosition({"plateau_stepped": at})

@@ -13,7 +13,7 @@ from typing import Any, ClassVar, TypeVar
 import torch
 
 from interlock.core.errors import add_note
-from interlock.core.hooks import ModelHooks, own_hook
+from interlock.core.hooks import ModelHooks, default_hook, own_hook
 from interlock.core.hparams import AttributeDict, HyperparametersMixin
 from interlock.core.logging import LogEntry, check_log_options, check_reduce, is_metric, is_metric_collection
 from interlock.core.state import mode_of
@@ -231,6 +231,11 @@ class Module(ModelHooks, HyperparametersMixin, torch.nn.Module):
 
     metric_modes: ClassVar[Mapping[str, str]] = {}
     automatic_optimization: bool = True
+    #: when the trainer zeroes the gradients: ``True``, right after each optimizer step (they are freed before the
+    #: next forward, as in a plain PyTorch loop); ``False`` (``interlock.lightning.LightningModule``), Lightning's
+    #: moment: before backward at each accumulation window's first batch and before validation inside fit, so
+    #: ``on_train_batch_end`` and the code after ``fit`` still see the last step's gradients
+    zero_grad_after_step: ClassVar[bool] = True
     #: ``prepare_data`` runs once per machine (``True``) or once in all (``False``), as Lightning's
     prepare_data_per_node: bool = True
     #: whether loading a checkpoint's weights requires every name to match (Lightning's ``strict_loading``; set it
@@ -552,6 +557,11 @@ class Module(ModelHooks, HyperparametersMixin, torch.nn.Module):
     def on_validation_model_eval(self) -> None:
         """Put the module in eval mode before validation (Lightning's hook)."""
         self.eval()
+
+    @default_hook
+    def on_validation_model_zero_grad(self) -> None:
+        """Release the gradients before validation inside fit, no window open (Lightning's hook; ``zero_grad()``)."""
+        self.zero_grad()
 
     def on_validation_model_train(self) -> None:
         """Put the module back in training mode after validation (Lightning's hook)."""

@@ -26,6 +26,8 @@ class LightningModule(Module):
 
     #: the module's steps and hooks run with the trainer view open to their writes
     shows_trainer_view: ClassVar[bool] = True
+    #: Lightning zeroes the gradients before backward (each window's first batch) and before validation in fit
+    zero_grad_after_step: ClassVar[bool] = False
     #: Lightning's checkpoint keys of the hyper-parameters (interlock's checkpoints use the same)
     CHECKPOINT_HYPER_PARAMS_KEY: ClassVar[str] = "hyper_parameters"
     CHECKPOINT_HYPER_PARAMS_NAME: ClassVar[str] = "hparams_name"

@@ -23,8 +23,6 @@ __all__ = ["UNCALLED", "check_module", "register", "require"]
 #: Lightning module methods interlock does not call, and what to write instead: defining one is an error at set-up.
 UNCALLED = {
     "configure_sharded_model": "Lightning 2.1 renamed it configure_model(); define configure_model() instead",
-    "on_validation_model_zero_grad": "interlock leaves the gradients as they are when validation starts inside fit; "
-    "zero them in on_validation_start() if you need to",
     "training_step_end": "removed in Lightning 2.0 (Lightning raises too): do the work in training_step",
     "validation_step_end": "removed in Lightning 2.0: do the work in validation_step",
     "test_step_end": "removed in Lightning 2.0: do the work in test_step",

@@ -285,10 +285,20 @@ class Precision:
         return act
 
     def step_action(
-        self, optimizers: list[torch.optim.Optimizer], clip: float | None, by_norm: bool
+        self, optimizers: list[torch.optim.Optimizer], clip: float | None, by_norm: bool, zero: bool = True
     ) -> Callable[[], None]:
-        """The optimizer step of the chart's ``optim.step``: unscale and clip (when ``clip``), step, zero the grads."""
+        """The optimizer step of the chart's ``optim.step``: unscale and clip (when ``clip``), step, zero the grads.
+
+        ``zero=False``: the gradients are left for the next window's ``module.optimizer_zero_grad`` (Lightning's).
+        """
         if self.is_plain and clip is None:
+            if not zero:
+
+                def plain_kept() -> None:
+                    for optimizer in optimizers:
+                        optimizer.step()
+
+                return plain_kept
 
             def plain() -> None:
                 for optimizer in optimizers:
@@ -307,7 +317,8 @@ class Precision:
                     else:
                         torch.nn.utils.clip_grad_value_(params, clip)
                 self.optimizer_step(optimizer)
-                optimizer.zero_grad(set_to_none=True)
+                if zero:
+                    optimizer.zero_grad(set_to_none=True)
 
         return act
 
