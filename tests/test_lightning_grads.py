@@ -42,8 +42,19 @@ def test_after_fit_the_gradients_are_held_and_the_checkpoint_leaves_them_out(tmp
     assert all(p.grad is not None for p in module.parameters())
     trainer.save_checkpoint(tmp_path / "after.ckpt")
     assert torch.load(tmp_path / "after.ckpt", weights_only=False)["grads"] == {}
-    native = interlock.Module.zero_grad_after_step and not il.LightningModule.zero_grad_after_step
-    assert native  # the native module frees them after each step instead (docs/porting.md)
+
+
+def test_a_lightning_module_can_take_the_native_order(tmp_path: Path) -> None:
+    """zero_grad_after_step = True frees the gradients after each step: none are left after fit."""
+
+    class Lean(Lit):
+        zero_grad_after_step = True
+
+    module = Lean()
+    il.Trainer(max_epochs=1, default_root_dir=tmp_path, enable_progress_bar=False, logger=False).fit(
+        module, loader(32, 8)
+    )
+    assert all(p.grad is None for p in module.parameters())
 
 
 def _fit(root: Path, ckpt: Path | None = None) -> tuple[list[torch.Tensor], list[Path]]:
