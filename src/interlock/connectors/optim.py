@@ -315,6 +315,11 @@ def module_step_action(run: Run) -> Callable[[], None]:
     return act
 
 
+def closes_window(i: int, every: int, limit: int | None) -> bool:
+    """Whether the ``i``-th batch of an epoch (1-based) closes its accumulation window of ``every``, or the epoch."""
+    return every == 1 or i % every == 0 or (limit is not None and i >= limit)
+
+
 def window_closed(run: Run) -> Callable[[], bool]:
     """Whether the training batch that ended last closed its accumulation window (the optimizer stepped there).
 
@@ -326,10 +331,9 @@ def window_closed(run: Run) -> Callable[[], bool]:
     def closed() -> bool:
         facts = run.facts
         every = facts.accumulate_grad_batches or config.accumulate_grad_batches
-        limit = facts.limits.get("train")
-        i = counters.batch_idx
-        stepped_last = limit is not None and i >= limit
-        return every == 1 or i % every == 0 or stepped_last or bool(facts.data.get("window_stepped"))
+        return closes_window(counters.batch_idx, every, facts.limits.get("train")) or bool(
+            facts.data.get("window_stepped")
+        )
 
     return closed
 
@@ -425,11 +429,7 @@ def register(reg: Registry) -> None:
 
         def due(facts: Facts) -> bool:
             every = facts.state.accumulate_grad_batches or facts.config.accumulate_grad_batches
-            if every == 1:
-                return True
-            limit = facts.state.limits.get("train")
-            i = facts.progress.batch_idx + 1
-            return i % every == 0 or (limit is not None and i >= limit)
+            return every == 1 or closes_window(facts.progress.batch_idx + 1, every, facts.state.limits.get("train"))
 
         return due
 

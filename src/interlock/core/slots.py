@@ -128,13 +128,13 @@ class CallbacksSlot:
 
 @attrs.define(slots=True, eq=False)
 class EvalSlot:
-    """Each submodule's training mode (by name) before each evaluation loop put the module in eval (owner: ``eval``).
+    """Each submodule's training mode before each evaluation loop put the module in eval (owner: ``eval``).
 
     ``grad_was``: whether gradients were enabled before each loop turned them off.
     ``before_sanity``: the metrics as the sanity check found them, put back when it ends.
     """
 
-    was_training: dict[str, dict[str, bool]] = attrs.field(factory=dict)
+    was_training: dict[str, dict[Any, bool]] = attrs.field(factory=dict)  # by loop: each module's flag
     grad_was: dict[str, bool] = attrs.field(factory=dict)
     before_sanity: Any = None
 

@@ -22,6 +22,8 @@ import attrs
 import torch
 from torch import nn
 
+from interlock.core.modes import restore_modes, training_modes
+
 __all__ = ["PRECISION_BITS", "ModuleSummary", "check_max_depth", "describe", "human_count"]
 
 #: Bits per parameter of each precision flag in the size estimate (others count 32, as Lightning's)
@@ -215,7 +217,7 @@ def _example_pass(
     from torch.utils.flop_counter import FlopCounterMode  # only for a module with an example input (2 ms to import)
 
     handles = [m.register_forward_hook(recorder(name), with_kwargs=True) for name, m in named]
-    modes = [(m, m.training) for m in module.modules()]
+    modes = training_modes(module)
     counter = FlopCounterMode(display=False)
     try:
         module.eval()
@@ -229,6 +231,5 @@ def _example_pass(
     finally:
         for handle in handles:
             handle.remove()
-        for m, training in modes:
-            m.training = training
+        restore_modes(modes)
     return counter.get_flop_counts(), int(counter.get_total_flops()), seen

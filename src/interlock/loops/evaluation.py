@@ -33,6 +33,7 @@ from interlock.connectors.metrics import batch_size, logged_batch_size, logged_v
 from interlock.core import reduce32
 from interlock.core.config import TrainerConfig
 from interlock.core.logging import AddLogged, RestoreMetrics, take
+from interlock.core.modes import restore_modes, training_modes
 from interlock.core.module import overrides, takes_batch_idx
 from interlock.core.registry import Action, Guard, Registry
 from interlock.core.run import Run
@@ -149,7 +150,7 @@ def register(reg: Registry) -> None:
         def act() -> Update:
             if sanity:  # what the sanity check logs is dropped when it ends (Lightning resets the metrics)
                 slot.before_sanity = RestoreMetrics.of(run.facts)
-            was_training[key] = {name: m.training for name, m in run.module.named_modules()}
+            was_training[key] = training_modes(run.module)
             grad_was.setdefault(key, torch.is_grad_enabled())
             torch.set_grad_enabled(False)
             to_eval()  # the module's on_validation_model_eval / on_test_model_eval / ... when it has one
@@ -196,9 +197,7 @@ def register(reg: Registry) -> None:
             if to_train is not None:  # the module's on_validation_model_train / on_test_model_train
                 to_train()
             elif was is not None:  # each submodule's own mode, as Lightning puts them back (a frozen part stays so)
-                for name, m in run.module.named_modules():
-                    if name in was:
-                        m.training = was[name]
+                restore_modes(was)
             restore, slot.before_sanity = slot.before_sanity, None
             return restore  # type: ignore[no-any-return]
 

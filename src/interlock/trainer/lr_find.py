@@ -24,6 +24,7 @@ import attrs
 import torch
 
 from interlock.core.config import TrainerConfig
+from interlock.core.modes import restore_modes, training_modes
 from interlock.listeners.lr_finder import LRSweep
 from interlock.trainer.trainer import Trainer
 
@@ -219,13 +220,12 @@ def lr_find(
     )
     trainer = Trainer(**flags)
     saved = {k: v.detach().clone() for k, v in module.state_dict().items()}
-    modes = {m: m.training for m in module.modules()}  # each part's own mode: a frozen backbone stays frozen
+    modes = training_modes(module)  # each part's own mode: a frozen backbone stays frozen
     try:
         trainer.fit(module, train_dataloaders, val_dataloaders, datamodule=datamodule)
     finally:
         module.load_state_dict(saved)
-        for part, training in modes.items():
-            part.training = training
+        restore_modes(modes)
     state = trainer.state
     if state.global_step != num_training:
         _log.info("the learning-rate finder stopped after %d steps: the loss diverged", state.global_step)
