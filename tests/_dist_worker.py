@@ -255,8 +255,41 @@ def distributed(out: Path) -> dict[str, Any]:
     full = run(None)
     resumed = run(out / "resume.ckpt")
     result["resume"] = {"full": full, "resumed": resumed}
+    result["combined"] = combined_resume(out)
     result["writer"] = prediction_writer(out)
     return result
+
+
+class Pair(Net):
+    """Trains on a dict of two loaders' batches (Lightning's max_size_cycle), recording both batches' indices."""
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self.seen.append([batch["a"][2].tolist(), batch["b"][2].tolist()])  # type: ignore[list-item]
+        return sum(torch.nn.functional.cross_entropy(self(x), y) for x, y, _ in batch.values())  # type: ignore[return-value]
+
+
+def combined_resume(out: Path) -> dict[str, Any]:
+    """Two shuffled training loaders (the shorter restarting mid-epoch) on 2 ranks, resumed after a restart."""
+
+    def loaders() -> dict[str, DataLoader[Any]]:
+        a = DataLoader(dataset(), batch_size=RANK_BATCH, shuffle=True)
+        b = DataLoader(dataset(12, seed=2), batch_size=2, shuffle=True)  # 3 batches a rank: restarts each 3 steps
+        return {"a": a, "b": b}
+
+    def run(ckpt_path: Path | None) -> tuple[dict[str, torch.Tensor], list[list[int]]]:
+        torch.manual_seed(0 if ckpt_path is None else 99)
+        module = Pair(dropout=0.2)
+        trainer = make_trainer(out, max_epochs=2, seed=5, strategy="ddp", devices=2)
+        if ckpt_path is None:
+            trainer.on(
+                "fit.train.batch.end",
+                lambda e: interlock.SaveCheckpoint(str(out / "combined.ckpt")) if e.global_step == 4 else None,
+            )
+        trainer.fit(module, loaders(), ckpt_path=ckpt_path)
+        return weights(module), module.seen
+
+    (full, seen), (resumed, seen_resumed) = run(None), run(out / "combined.ckpt")
+    return {"full": full, "resumed": resumed, "seen": seen, "seen_resumed": seen_resumed}
 
 
 def prediction_writer(out: Path) -> dict[str, Any]:

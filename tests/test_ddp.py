@@ -116,10 +116,10 @@ def test_ranks_exit_with_the_process_group_destroyed_and_its_threads_joined(ddp_
 
 
 def test_setup_line_is_printed_once_per_fit_by_rank_zero_only(ddp_run: Any) -> None:
-    """Each fit states the setup in one stderr line, from rank 0 only (7 fits in the run -> 7 lines)."""
+    """Each fit states the setup in one stderr line, from rank 0 only (9 fits in the run -> 9 lines)."""
     _, _, log = ddp_run
     lines = [line for line in log.splitlines() if line.startswith("interlock: accelerator=")]
-    assert len(lines) == 7
+    assert len(lines) == 9
     assert "strategy=ddp(world_size=2, processes=torchelastic)" in lines[0]
 
 
@@ -210,6 +210,17 @@ def test_resume_under_ddp_is_exact(ddp_run: Any) -> None:
         full, resumed = r["resume"]["full"], r["resume"]["resumed"]
         assert all(torch.equal(full[k], resumed[k]) for k in full)
     assert all(torch.equal(results[0]["resume"]["full"][k], results[1]["resume"]["full"][k]) for k in full)
+
+
+def test_several_training_loaders_shard_per_rank_and_resume_exactly_under_ddp(ddp_run: Any) -> None:
+    """A dict of two shuffled loaders: each rank sees its shard of each, and a mid-epoch resume ends bitwise."""
+    _, results, _ = ddp_run
+    for r in results:
+        combined = r["combined"]
+        assert all(torch.equal(combined["full"][k], combined["resumed"][k]) for k in combined["full"])
+        assert combined["seen_resumed"] == combined["seen"][4:]
+    (a0, b0), (a1, b1) = (r["combined"]["seen"][0] for r in results)  # batch 0 of each rank: its share of each
+    assert not set(a0) & set(a1) and not set(b0) & set(b1)
 
 
 def test_ddp_spawn_returns_the_run_to_the_caller(spawn_run: Any, reference: dict[str, torch.Tensor]) -> None:

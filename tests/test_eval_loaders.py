@@ -111,27 +111,6 @@ def test_a_dict_of_evaluation_loaders_runs_them_in_order_as_lightning(tmp_path: 
     assert interlock_trainer(tmp_path / "p").predict(Indexed(), named) == [[(0, 0), (1, 0)], [(0, 1), (1, 1), (2, 1)]]
 
 
-@pytest.mark.parametrize("given", ["dict", "list"])
-def test_several_training_loaders_are_refused_before_anything_runs(tmp_path: Path, given: str) -> None:
-    """Lightning cycles several training loaders together; interlock refuses them at fit, naming one Dataset."""
-    two = two_loaders()
-    data: Any = {"a": two[0], "b": two[1]} if given == "dict" else two
-    module = Indexed()
-    with pytest.raises(TypeError, match=r"training data is a (dict of 2 loaders \('a', 'b'\)|list of 2 DataLoaders): "
-                       r"Lightning cycles .*CombinedLoader.* make one Dataset"):  # fmt: skip
-        interlock_trainer(tmp_path, max_epochs=1).fit(module, data)
-    assert module.calls == [] and not list(tmp_path.rglob("*.ckpt"))
-
-    class Data(interlock.DataModule):
-        def train_dataloader(self) -> Any:
-            return data
-
-    with pytest.raises(TypeError, match=r"training data is a .*make one Dataset"):
-        interlock_trainer(tmp_path / "dm", max_epochs=1).fit(Indexed(), datamodule=Data())
-    batches = list(loader(8, batch_size=4))  # a list of batches is still one loader
-    assert interlock_trainer(tmp_path / "b", max_epochs=1).fit(Indexed(), batches) is not None
-
-
 def test_resume_inside_the_second_val_loader_is_exact(tmp_path: Path) -> None:
     """A fit saved in the second loader's validation resumes there and ends bitwise as the uninterrupted run."""
     whole = interlock_trainer(tmp_path / "whole", max_epochs=2, num_sanity_val_steps=0)

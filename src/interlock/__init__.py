@@ -4,6 +4,7 @@ from interlock.connectors.fastfetch import fast_fetch
 from interlock.connectors.rng import seed_everything
 from interlock.connectors.weights import load_checkpoint, load_lightning_weights
 from interlock.core.chart import Chart, load_chart
+from interlock.core.combined import CombinedLoader
 from interlock.core.datamodule import DataModule
 from interlock.core.errors import (
     ChartError,
@@ -44,6 +45,7 @@ __all__ = [
     "ChartError",
     "ChartEvent",
     "CheckpointError",
+    "CombinedLoader",
     "ConflictingUpdates",
     "DataModule",
     "Event",

@@ -310,7 +310,7 @@ def test_lightning_public_names_import_from_the_same_paths(module: str, names: l
         ("callbacks", "ModelPruning", "prune"),
         ("callbacks", "WeightAveraging", "AveragedModel"),
         ("loggers", "CometLogger", "not in interlock yet"),
-        ("utilities", "CombinedLoader", "list of loaders"),
+        ("utilities", "measure_flops", "FlopCounterMode"),
         ("callbacks", "RichModelSummary", "the same table in plain text"),
     ],
 )

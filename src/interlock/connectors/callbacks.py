@@ -24,6 +24,7 @@ from interlock.connectors.data import feed_key, loader_count, num_batches
 from interlock.connectors.hardware_slot import HardwareSlot
 from interlock.connectors.lightning_state import LightningState, lightning_state
 from interlock.connectors.optim import batch_end_outputs_of
+from interlock.core.combined import CombinedLoader
 from interlock.core.config import NodeLayout, filled_min_epochs, lightning_flag
 from interlock.core.logging import EpochLogged, epoch_values, take
 from interlock.core.run import Run
@@ -317,6 +318,7 @@ class TrainerView(NodeLayout):
         feeds, ranks = self._run.feeds, self.world_size
         found = [feeds[feed_key(key, i)] for i in range(loader_count(feeds, key))]
         loaders = [f.data.loader if ranks > 1 else f.loader for f in found]  # several ranks: this rank's share
+        loaders = [x.iterables if isinstance(x, CombinedLoader) else x for x in loaders]  # Lightning's: the collection
         return _as_given(loaders) if loaders else None
 
     def _prediction_batch_indices(self, batch_idx: int, dataloader_idx: int) -> list[int]:

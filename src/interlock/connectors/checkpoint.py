@@ -33,7 +33,6 @@ from interlock.connectors.data import (
     generator_state,
     load_datamodule_state,
     reposition,
-    set_generator_state,
     with_datamodule_state,
 )
 from interlock.connectors.hardware_slot import HardwareSlot
@@ -611,10 +610,8 @@ def register(reg: Registry) -> None:
             load_datamodule_state(run, saved)
             now = run.state  # this process's rank and run directory, not the saving process's
             train = run.feeds.get("train")
-            own = train.data.generator if train is not None else None
-            if own is not None and isinstance(saved.data.get("generator"), str):
-                set_generator_state(own, saved.data["generator"])  # the epoch's order is drawn again from its start
-            if train is not None:  # the data position is global samples: continue it on this world size
+            if train is not None:  # the loaders' own generators (the epoch's order is drawn again from its start); the
+                train.data.restore_generator(saved.data)  # position is global samples: continue it on this world size
                 data, batch_idx = reposition(saved.data, saved.progress.batch_idx, now.world_size, train.data.loader)
                 saved = saved.replace(data=data, progress=attrs.evolve(saved.progress, batch_idx=batch_idx))
             restored = saved.replace(

@@ -19,9 +19,11 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Sampler, SequentialSampler
 
+from interlock.connectors.combined import CombinedData
 from interlock.connectors.fastfetch import FastTensorLoader
 from interlock.connectors.hardware_slot import HardwareSlot
 from interlock.connectors.rng import get_rng_states, seed_workers, set_rng_states
+from interlock.core.combined import CombinedLoader, flatten
 from interlock.core.config import TrainerConfig
 from interlock.core.datamodule import LOADER_METHODS, provides
 from interlock.core.module import Module, overrides
@@ -258,6 +260,12 @@ class EpochData:
         """The loader's own shuffling generator, if it has one."""
         return self.sampler.generator if self.sampler is not None else None
 
+    def restore_generator(self, data: Mapping[str, Any]) -> None:
+        """Put the loader's own generator back as a checkpoint's data position kept it (the next epoch draws on it)."""
+        own = self.generator
+        if own is not None and isinstance(data.get("generator"), str):
+            set_generator_state(own, data["generator"])
+
     def iterate(
         self, start: int = 0, seed: int | None = None, state: Any = None, skip: int = 0, epoch_state: str | None = None
     ) -> Iterator[Any]:
@@ -267,6 +275,11 @@ class EpochData:
         (global samples already consumed, from a run with another world size or batch
         size) starts the epoch's global order there and shards the rest across this run's ranks.
         """
+        if isinstance(state, Mapping) and "parts" in state:
+            raise RuntimeError(
+                f"this checkpoint was saved in an epoch of {len(state['parts'])} training loaders iterated together "
+                f"(mode {state.get('mode')!r}), and this run has one: resume with the training data it was saved with"
+            )
         if self.sampler is not None:
             self.sampler.seed = seed
             self.sampler.epoch_state = epoch_state
@@ -308,7 +321,7 @@ class Feed:
 
     def __init__(self, loader: Iterable[Any]) -> None:
         self.loader = loader
-        self.data = EpochData(loader)
+        self.data: EpochData | CombinedData = EpochData(loader)
         self.limit: int | None = None
         self.it: Iterator[Any] | None = None
         self.last_outputs: Any = None
@@ -316,7 +329,11 @@ class Feed:
     def prepare(
         self, world_size: int, rank: int, limit: int | float | None, unshuffle: str | None = None, flag: str = "limit"
     ) -> None:
-        self.data = EpochData(prepare_loader(self.loader, world_size, rank, unshuffle))
+        if isinstance(self.loader, CombinedLoader):  # several training loaders: each resumable and sharded
+            parts = [EpochData(prepare_loader(x, world_size, rank, unshuffle)) for x in self.loader.flattened]
+            self.data = CombinedData(self.loader, parts, world_size)
+        else:
+            self.data = EpochData(prepare_loader(self.loader, world_size, rank, unshuffle))
         self.limit = num_batches(self.data.loader, limit, flag)
 
 
@@ -343,16 +360,25 @@ def split_loaders(key: str, loaders: Any) -> dict[str, Iterable[Any]]:
     """The feeds of one loop: a list, tuple or dict of evaluation loaders is several loaders, as in Lightning.
 
     A dict's loaders run in its order, numbered as a list's are (Lightning's ``CombinedLoader`` in
-    its ``sequential`` mode: ``dataloader_idx`` 0, 1, ...). Training data is one loader: several
-    (a dict, or a list of DataLoaders, which Lightning cycles together) are refused, naming
-    the way. A list whose items look like batches (tensors, tuples of tensors) is refused: wrap
-    the batches in a ``DataLoader``, or pass ``[batches]`` as one loader.
+    its ``sequential`` mode: ``dataloader_idx`` 0, 1, ...). Several training loaders (a dict, or a
+    list or tuple holding a ``DataLoader``) are one feed cycled together, as Lightning does
+    (``CombinedLoader(loaders, "max_size_cycle")``); a ``CombinedLoader`` keeps its own mode. A list
+    whose items look like batches (tensors, tuples of tensors) is refused: wrap the batches in a
+    ``DataLoader``, or pass ``[batches]`` as one loader.
     """
     if loaders is None:
         return {}
     if key == "train":
-        _one_training_loader(loaders)
-        return {key: loaders}
+        return {key: _training_loader(loaders)}
+    if isinstance(loaders, CombinedLoader):
+        if loaders.mode != "sequential":
+            raise ValueError(
+                f"the {key} loaders are a CombinedLoader in mode {loaders.mode!r}; interlock's evaluation loops run "
+                "several loaders one after the other (mode 'sequential', dataloader_idx 0, 1, ...): pass "
+                "CombinedLoader(loaders, 'sequential') or the list of loaders, or combine the datasets in one "
+                "Dataset to evaluate them batch by batch together"
+            )
+        loaders = loaders.flattened
     if isinstance(loaders, Mapping):
         loaders = list(loaders.values())
     if not isinstance(loaders, list | tuple):
@@ -367,20 +393,23 @@ def split_loaders(key: str, loaders: Any) -> dict[str, Iterable[Any]]:
     return {feed_key(key, i): loader for i, loader in enumerate(loaders)}
 
 
-def _one_training_loader(loaders: Any) -> None:
-    """Refuse several training loaders (Lightning combines them; interlock trains on one)."""
-    if isinstance(loaders, Mapping):
-        several = f"a {type(loaders).__name__} of {len(loaders)} loaders ({', '.join(map(repr, loaders))})"
-    elif isinstance(loaders, list | tuple) and any(isinstance(x, DataLoader) for x in loaders):
-        several = f"a {type(loaders).__name__} of {len(loaders)} DataLoaders"
-    else:
-        return
-    raise TypeError(
-        f"the training data is {several}: Lightning cycles several training loaders together (CombinedLoader, "
-        "mode 'max_size_cycle', each batch a collection of theirs); interlock trains on one loader, so that "
-        "its position resumes exactly: make one Dataset whose items hold an item of each (index the shorter ones "
-        "modulo their length for Lightning's cycling) and pass one DataLoader over it"
+def _training_loader(loaders: Any) -> Iterable[Any]:
+    """One training feed: several loaders (a dict, or a list or tuple of DataLoaders) cycled together, as Lightning."""
+    if isinstance(loaders, CombinedLoader):
+        return loaders
+    several = isinstance(loaders, Mapping) or (
+        isinstance(loaders, list | tuple) and any(isinstance(x, DataLoader) for x in loaders)
     )
+    if not several:
+        return loaders  # type: ignore[no-any-return]
+    for i, item in enumerate(flatten(loaders)[0]):
+        if _looks_like_batch(item) or not isinstance(item, Iterable):
+            where = repr(list(loaders)[i]) if isinstance(loaders, Mapping) else str(i)
+            raise TypeError(
+                f"the training data is a {type(loaders).__name__} of loaders (cycled together, as in Lightning), but "
+                f"item {where} is a {type(item).__name__}: each item must be a loader (a DataLoader)"
+            )
+    return CombinedLoader(loaders, "max_size_cycle")
 
 
 def with_datamodule_state(run: Run, state: TrainerState) -> TrainerState:
@@ -650,10 +679,12 @@ def register(reg: Registry) -> None:
 
         def act() -> None:
             feed = run.feeds.get("train")
-            loader = feed.data.loader if feed is not None else None
-            if feed is None or feed.limit == 0 or not isinstance(loader, DataLoader):
+            if feed is None or feed.limit == 0:
                 return
-            torch.empty((), dtype=torch.int64).random_(generator=loader.generator)
+            data = feed.data
+            for loader in data.dataloaders() if isinstance(data, CombinedData) else [data.loader]:
+                if isinstance(loader, DataLoader):
+                    torch.empty((), dtype=torch.int64).random_(generator=loader.generator)
 
         return act
 

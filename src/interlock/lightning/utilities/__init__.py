@@ -6,6 +6,7 @@ import pickle
 from typing import Any
 
 from interlock.connectors.lightning_state import LightningEnum
+from interlock.core.combined import CombinedLoader
 from interlock.core.module import AttributeDict
 from interlock.lightning._refuse import missing
 from interlock.lightning.utilities.data import move_data_to_device, suggested_max_num_workers
@@ -21,6 +22,7 @@ from interlock.lightning.utilities.seed import isolate_rng, seed_everything
 
 __all__ = [
     "AttributeDict",
+    "CombinedLoader",
     "GradClipAlgorithmType",
     "LightningEnum",
     "MisconfigurationException",
@@ -100,7 +102,6 @@ def is_picklable(obj: object) -> bool:
 __getattr__ = missing(
     "interlock.lightning.utilities",
     {
-        "CombinedLoader": "pass a list of loaders (validation/test), or zip the training loaders in one Dataset",
         "find_shared_parameters": "compare parameter ids yourself: {id(p) for p in model.parameters()}",
         "set_shared_parameters": "tie them in the module's __init__",
         "measure_flops": "use torch.utils.flop_counter.FlopCounterMode",
