@@ -428,3 +428,27 @@ def test_objects_without_callback_hooks_are_not_callbacks(tmp_path: Path) -> Non
 
     with pytest.raises(TypeError, match="not a Listener"):
         interlock.Trainer(callbacks=[NotACallback()], **QUIET)
+
+
+def test_a_checkpoint_holds_lightnings_callback_entries_except_a_weights_only_one(tmp_path: Path) -> None:
+    """Full files carry Lightning's ModelCheckpoint/EarlyStopping entries as they stood; weights-only files none."""
+    from interlock.lightning.callbacks import EarlyStopping
+    from interlock.lightning.callbacks import ModelCheckpoint as LitCheckpoint
+
+    full = LitCheckpoint(dirpath=tmp_path / "full", monitor="val_loss", save_top_k=-1)
+    light = LitCheckpoint(dirpath=tmp_path / "light", save_weights_only=True, every_n_epochs=1)
+    stop = EarlyStopping(monitor="val_loss", patience=5)
+    trainer = interlock.lightning.Trainer(max_epochs=3, callbacks=[full, light, stop], **QUIET)
+    trainer.fit(TinyModule(), loader(16, batch_size=8), loader(8, batch_size=8))
+    files = sorted((tmp_path / "full").glob("*.ckpt"), key=lambda p: p.stat().st_mtime_ns)
+    scores = []
+    for path in files:
+        entry = torch.load(path, weights_only=False)["callbacks"][full.state_key]
+        scores.append(float(entry["current_score"]))
+        assert entry["best_model_path"] == str(min(entry["best_k_models"], key=lambda p: entry["best_k_models"][p]))
+        assert str(path) in entry["best_k_models"] and entry["dirpath"] == str(tmp_path / "full")
+    assert scores == [float(full.best_k_models[str(p)]) for p in files] and len(files) == 3
+    last = torch.load(files[-1], weights_only=False)["callbacks"][stop.state_key]
+    assert last["wait_count"] == stop.wait_count and float(last["best_score"]) == float(stop.best_score)
+    for path in (tmp_path / "light").glob("*.ckpt"):
+        assert "callbacks" not in torch.load(path, weights_only=False)

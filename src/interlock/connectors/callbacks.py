@@ -29,7 +29,7 @@ from interlock.core.config import NodeLayout, filled_min_epochs, lightning_flag
 from interlock.core.logging import EpochLogged, epoch_values, take
 from interlock.core.run import Run
 from interlock.core.slots import CallbacksSlot, OptimSlot
-from interlock.core.state import callback_metrics, logged_metrics, progress_bar_metrics
+from interlock.core.state import TrainerState, callback_metrics, logged_metrics, progress_bar_metrics
 from interlock.core.updates import SaveCheckpoint, Stop, Update, as_updates
 
 __all__ = [
@@ -745,12 +745,24 @@ def batch_end_handler(current: Callable[[], Run | None]) -> Callable[[Any], list
     return handle
 
 
-def save_callbacks(run: Run, checkpoint: dict[str, Any]) -> None:
-    """Each callback's ``state_dict`` in ``checkpoint["callbacks"][state_key]``, then its on_save_checkpoint."""
-    if not run.callbacks:
+def save_callbacks(run: Run, checkpoint: dict[str, Any], state: TrainerState | None = None) -> None:
+    """Each callback's ``state_dict`` in ``checkpoint["callbacks"][state_key]``, then its on_save_checkpoint.
+
+    A listener with Lightning's names (``interlock.lightning``'s ``ModelCheckpoint``, ``EarlyStopping``) adds
+    Lightning's entry too, as its state stands in ``state`` (the one saved), so scripts that read
+    ``checkpoint["callbacks"]`` find what Lightning writes there; interlock restores listeners from the state.
+    """
+    entries = {}
+    for listener in run.listeners if state is not None else ():
+        entry = getattr(listener, "lightning_checkpoint_entry", None)
+        if callable(entry):
+            entries[listener.state_key] = entry(state)
+    if not run.callbacks and not entries:
         return
     states = {state_key(c): c.state_dict() for c in run.callbacks if callable(getattr(c, "state_dict", None))}
-    checkpoint["callbacks"] = {k: v for k, v in states.items() if v}
+    checkpoint["callbacks"] = {**entries, **{k: v for k, v in states.items() if v}}
+    if not run.callbacks:
+        return
     call = caller(run, "on_save_checkpoint", "train")
     if call is not None:
         _apply_later(run, call(checkpoint))

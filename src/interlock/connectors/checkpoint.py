@@ -438,7 +438,7 @@ def _write(
         run.slot(HardwareSlot).precision.state_dict(),
         train.data.data_state() if train is not None else None,
         strategy,
-        (lambda payload: save_callbacks(run, payload)) if run.callbacks and not weights_only else None,
+        None if weights_only else (lambda payload: save_callbacks(run, payload, state)),
         history,
         rng,
         run.plan.datamodule,
@@ -511,7 +511,7 @@ def _write_sharded(
         "precision": dict(run.slot(HardwareSlot).precision.state_dict()),
         "rng": rng,
     }
-    save_callbacks(run, meta)
+    save_callbacks(run, meta, state)
     strategy.sharded_io().save(path, strategy.sharded_state(run.module, run.optimizers), meta, {"rng": rng})
 
 

@@ -18,6 +18,7 @@ alternative when imported.
 from __future__ import annotations
 
 import datetime
+import enum
 import math
 import os
 from collections.abc import Callable, Mapping
@@ -197,9 +198,30 @@ class ModelCheckpoint(_Bound, _ModelCheckpoint):
         kept = _ModelCheckpoint.best_k_models(self, self._bound_state("best_k_models"))
         return {p: None if s is None else torch.tensor(s) for p, s in kept.items()}
 
+    def lightning_checkpoint_entry(self, state: TrainerState) -> dict[str, Any]:
+        """Lightning's ``state_dict()`` as ``state`` has it: what a checkpoint file keeps under :attr:`state_key`."""
+        kept = _ModelCheckpoint.best_k_models(self, state)
+        score = _ModelCheckpoint.best_model_score(self, state)
+        latest = list(kept.values())[-1] if kept else None  # the score of the file last ranked (Lightning's current)
+        kth_path, kth_value = self._kth_in(state)
+        return {
+            "monitor": self.monitor,
+            "best_model_score": None if score is None else torch.tensor(score),
+            "best_model_path": _ModelCheckpoint.best_model_path(self, state),
+            "current_score": None if latest is None else torch.tensor(latest),
+            "dirpath": str(self._base(state) / self._subdir),
+            "best_k_models": {p: None if s is None else torch.tensor(s) for p, s in kept.items()},
+            "kth_best_model_path": kth_path,
+            "kth_value": torch.tensor(kth_value),
+            "last_model_path": _ModelCheckpoint.last_model_path(self, state),
+        }
+
     def _kth(self, what: str) -> tuple[str, float]:
+        return self._kth_in(self._bound_state(what))
+
+    def _kth_in(self, state: TrainerState) -> tuple[str, float]:
         """The worst kept file and its score once ``save_top_k`` are kept (Lightning's ``kth``), else ``("", ±inf)``."""
-        kept = _ModelCheckpoint.best_k_models(self, self._bound_state(what))
+        kept = _ModelCheckpoint.best_k_models(self, state)
         full = bool(kept) and (self.save_top_k == -1 or len(kept) == self.save_top_k)
         if not full:
             return "", math.inf if self.mode == "min" else -math.inf
@@ -217,6 +239,16 @@ class ModelCheckpoint(_Bound, _ModelCheckpoint):
     def kth_value(self) -> torch.Tensor:
         """The score of :attr:`kth_best_model_path` (``inf`` in min mode, ``-inf`` in max, before), a tensor."""
         return torch.tensor(self._kth("kth_value")[1])
+
+
+class EarlyStoppingReason(enum.Enum):
+    """Why ``EarlyStopping`` stopped the run (Lightning's ``callbacks.early_stopping.EarlyStoppingReason``)."""
+
+    NOT_STOPPED = 0
+    STOPPING_THRESHOLD = 1
+    DIVERGENCE_THRESHOLD = 2
+    PATIENCE_EXHAUSTED = 3
+    NON_FINITE_METRIC = 4
 
 
 class EarlyStopping(_Bound, _EarlyStopping):
@@ -265,6 +297,58 @@ class EarlyStopping(_Bound, _EarlyStopping):
             f"Early stopping conditioned on metric `{self.monitor}` which is not available. Pass in or modify your "
             f"`EarlyStopping` callback to use any of the following: `{names}`"
         )
+
+    def lightning_checkpoint_entry(self, state: TrainerState) -> dict[str, Any]:
+        """Lightning's ``state_dict()`` as ``state`` has it: what a checkpoint file keeps under :attr:`state_key`."""
+        c = self.counters(state)
+        return {
+            "wait_count": c["wait_count"],
+            "stopped_epoch": c["stopped_epoch"],
+            "best_score": torch.tensor(c["best_score"]),
+            "patience": self.patience,
+            "stopping_reason": self._reason_in(state).value,
+            "stopping_reason_message": self._reason_message_in(state),
+        }
+
+    def _reason_in(self, state: TrainerState) -> EarlyStoppingReason:
+        return EarlyStoppingReason(int(self.stored(state).get("stopping_reason", 0)))
+
+    def _reason_message_in(self, state: TrainerState) -> str | None:
+        """Lightning's message for why the run stopped (``None``: it did not)."""
+        stored, reason = self.stored(state), self._reason_in(state)
+        if reason is EarlyStoppingReason.NOT_STOPPED:
+            return None
+        current, best = torch.tensor(stored["stopping_value"]), torch.tensor(stored["stopping_best"])
+        order = "<" if self.mode == "min" else ">"
+        if reason is EarlyStoppingReason.NON_FINITE_METRIC:
+            return (
+                f"Monitored metric {self.monitor} = {current} is not finite. Previous best value was {best:.3f}. "
+                "Signaling Trainer to stop."
+            )
+        if reason is EarlyStoppingReason.STOPPING_THRESHOLD:
+            return (
+                f"Stopping threshold reached: {self.monitor} = {current} {order} {self.stopping_threshold}. "
+                "Signaling Trainer to stop."
+            )
+        if reason is EarlyStoppingReason.DIVERGENCE_THRESHOLD:
+            return (
+                f"Divergence threshold reached: {self.monitor} = {current} {order} {self.divergence_threshold}. "
+                "Signaling Trainer to stop."
+            )
+        return (
+            f"Monitored metric {self.monitor} did not improve in the last {self.counters(state)['wait_count']} "
+            f"records. Best score: {best:.3f}. Signaling Trainer to stop."
+        )
+
+    @property
+    def stopping_reason(self) -> EarlyStoppingReason:
+        """Why the run stopped (``NOT_STOPPED`` when it did not), as Lightning's."""
+        return self._reason_in(self._bound_state("stopping_reason"))
+
+    @property
+    def stopping_reason_message(self) -> str | None:
+        """Lightning's message for :attr:`stopping_reason` (``None`` when the run did not stop)."""
+        return self._reason_message_in(self._bound_state("stopping_reason_message"))
 
     @property
     def wait_count(self) -> int:

@@ -140,12 +140,14 @@ class EarlyStopping(Listener):
             return None
         current = float(state.metrics[self.monitor])
         c = self.counters(state)
-        best, reason = c["best_score"], None
+        best, reason, code = c["best_score"], None, 3
         if self.check_finite and not math.isfinite(current):
-            reason = f"monitored metric {self.monitor}={current} is not finite; the best value was {best:.6g}"
+            reason, code = f"monitored metric {self.monitor}={current} is not finite; the best value was {best:.6g}", 4
         elif self.stopping_threshold is not None and self._better(current, self.stopping_threshold):
+            code = 1
             reason = f"stopping threshold reached: {self.monitor}={current:.6g} beats {self.stopping_threshold}"
         elif self.divergence_threshold is not None and self._better(self.divergence_threshold, current):
+            code = 2
             reason = (
                 f"divergence threshold reached: {self.monitor}={current:.6g} is worse than {self.divergence_threshold}"
             )
@@ -162,8 +164,8 @@ class EarlyStopping(Listener):
                     f"checks; best score {best:.6g}"
                 )
         updates: list[Update] = []
-        if reason is not None:
-            c["stopped_epoch"] = event.epoch
+        if reason is not None:  # Lightning's EarlyStoppingReason code, the value that stopped it and the best before
+            c.update(stopped_epoch=event.epoch, stopping_reason=code, stopping_value=current, stopping_best=best)
             if self.verbose:
                 _log.info("EarlyStopping: %s", reason)
             updates.append(Stop(reason=f"EarlyStopping: {reason}"))
