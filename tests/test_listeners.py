@@ -339,6 +339,9 @@ def test_finite_guard_passes_finite_losses_and_names_bad_ones() -> None:
 
 
 # -- EarlyStopping ------------------------------------------------------------------
+#: what EarlyStopping stores when patience runs out at epoch 4 after a best of 4.0 (Lightning's reason code 3)
+_PATIENCE_SPENT = {"wait_count": 3, "best_score": 4.0, "stopped_epoch": 4, "stopping_reason": 3, "stopping_best": 4.0}
+
 def test_early_stopping_stops_at_the_expected_epoch(tmp_path: Path, digits: DigitsData) -> None:
     """Best at epoch 1, then three checks without improvement: stops at epoch 4 with its counters stored."""
     scores = [5.0, 4.0, 4.5, 4.2, 4.1, 1.0, 1.0, 1.0]
@@ -353,7 +356,8 @@ def test_early_stopping_stops_at_the_expected_epoch(tmp_path: Path, digits: Digi
     )
     assert trainer.state.epoch == 4
     assert trainer.state.stop_reason.startswith("EarlyStopping: val_score did not improve")
-    assert dict(trainer.state.listeners["EarlyStopping"]) == {"wait_count": 3, "best_score": 4.0, "stopped_epoch": 4}
+    stored = dict(trainer.state.listeners["EarlyStopping"])
+    assert stored == {**_PATIENCE_SPENT, "stopping_value": pytest.approx(4.1)}
     assert [row["epoch"] for row in trainer.state.history if row["stage"] == "val"] == [0, 1, 2, 3, 4]
 
 
@@ -368,7 +372,7 @@ def test_early_stopping_counters_continue_after_resume(tmp_path: Path, digits: D
         tmp_path, [EarlyStopping("val_score")], digits, Scripted(scores, offset=3), ckpt, max_epochs=8, **flags
     )
     assert resumed.state.epoch == 4
-    assert dict(resumed.state.listeners["EarlyStopping"]) == {"wait_count": 3, "best_score": 4.0, "stopped_epoch": 4}
+    assert dict(resumed.state.listeners["EarlyStopping"]) == {**_PATIENCE_SPENT, "stopping_value": pytest.approx(4.1)}
 
 
 def test_early_stopping_missing_metric_lists_the_available_ones(tmp_path: Path, digits: DigitsData) -> None:
