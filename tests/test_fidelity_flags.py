@@ -225,7 +225,7 @@ def test_disabled_default_with_an_explicit_listener_is_refused_as_lightning_does
     [
         ("gpus", 1, "accelerator='gpu', devices=N"),
         ("sync_batchnorm", True, "convert_sync_batchnorm"),
-        ("profiler", "simple", "EventTrace"),
+        ("profiler", "simple", "interlock.listeners.Profiler"),
         ("barebones", True, "enable_checkpointing=False"),
         ("reload_dataloaders_every_n_epochs", 1, "set_epoch"),
         ("num_nodes", 2, "torchrun"),

@@ -13,6 +13,7 @@ trainer without callbacks binds none.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -582,6 +583,15 @@ class TrainerView(NodeLayout):
         return self._of_kind("EarlyStopping")
 
     @property
+    def profiler(self) -> Any:
+        """The run's profiler listener, else one that times nothing (Lightning's ``PassThroughProfiler``).
+
+        ``with self.trainer.profiler.profile("name"):`` times a block into the profiler's report.
+        """
+        found = self._of_kind("Profiler")
+        return found[0] if found else _PASS_THROUGH
+
+    @property
     def early_stopping_callback(self) -> Any:
         found = self.early_stopping_callbacks
         return found[0] if found else None
@@ -597,6 +607,22 @@ class TrainerView(NodeLayout):
 
     def __repr__(self) -> str:
         return f"TrainerView(stage={self._run.stage!r}, at={self._run.state.chart!r})"
+
+
+class _PassThrough:
+    """A profiler that times nothing: ``profile(name)`` runs the block, ``start``/``stop`` do nothing."""
+
+    def start(self, action_name: str) -> None:
+        """Nothing is timed."""
+
+    def stop(self, action_name: str) -> None:
+        """Nothing is timed."""
+
+    def profile(self, action_name: str) -> contextlib.nullcontext[None]:
+        return contextlib.nullcontext()
+
+
+_PASS_THROUGH = _PassThrough()
 
 
 def _as_given(loaders: list[Any]) -> Any:

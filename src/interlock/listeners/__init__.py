@@ -16,6 +16,7 @@ from interlock.listeners.early_stopping import EarlyStopping
 from interlock.listeners.guards import FiniteGuard
 from interlock.listeners.lr_monitor import LearningRateMonitor
 from interlock.listeners.mlflow_logger import MLFlowLogger
+from interlock.listeners.profiler import Profiler
 from interlock.listeners.progress import ProgressBar
 from interlock.listeners.rich_progress import RichProgressBar
 from interlock.listeners.summary import ModelSummary
@@ -36,6 +37,7 @@ __all__ = [
     "MLFlowLogger",
     "ModelCheckpoint",
     "ModelSummary",
+    "Profiler",
     "ProgressBar",
     "RichProgressBar",
     "StochasticWeightAveraging",

@@ -35,8 +35,8 @@ LIGHTNING_ONLY: Mapping[str, tuple[tuple[Any, ...], str]] = {
     ),
     "profiler": (
         (None,),
-        "use the EventTrace and Timer listeners (interlock trace / interlock view) or torch.profiler "
-        "around trainer.fit",
+        "add the Profiler listener (callbacks=[interlock.listeners.Profiler()]: time per chart state), or wrap "
+        "trainer.fit in torch.profiler.profile(...)",
     ),
     "sync_batchnorm": ((False,), "convert first: module = torch.nn.SyncBatchNorm.convert_sync_batchnorm(module)"),
     "num_nodes": ((1,), "interlock runs on one node; launch with torchrun for several (see docs/distributed.md)"),

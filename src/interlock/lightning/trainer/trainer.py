@@ -124,6 +124,9 @@ class Trainer(NodeLayout, NativeTrainer):
         from interlock.lightning.callbacks import distinct_keys
 
         distinct_keys(given)  # several checkpoint / early-stopping callbacks: Lightning's state keys
+        profiler = _profiler_listener(profiler)
+        if profiler is not None:
+            given.append(profiler)
         if max_time is not None:
             from interlock.lightning.callbacks import Timer
 
@@ -134,7 +137,6 @@ class Trainer(NodeLayout, NativeTrainer):
             "num_nodes": num_nodes,
             "inference_mode": inference_mode,
             "use_distributed_sampler": use_distributed_sampler,
-            "profiler": profiler,
             "detect_anomaly": detect_anomaly,
             "plugins": plugins,
             "sync_batchnorm": sync_batchnorm,
@@ -449,6 +451,15 @@ class Trainer(NodeLayout, NativeTrainer):
         return [x if isinstance(x, LitModelCheckpoint) else CheckpointView(x, self) for x in found]
 
     @property
+    def profiler(self) -> Any:
+        """The ``SimpleProfiler`` (``profiler="simple"``), else a ``PassThroughProfiler``, as Lightning's."""
+        from interlock.lightning.profilers import PassThroughProfiler
+        from interlock.listeners.profiler import Profiler
+
+        found = [x for x in self.listeners if isinstance(x, Profiler)]
+        return found[0] if found else PassThroughProfiler()
+
+    @property
     def checkpoint_callback(self) -> Any:
         """The first ``ModelCheckpoint``, with Lightning's attributes (``best_model_path``, ``best_model_score``)."""
         found = self.checkpoint_callbacks
@@ -554,8 +565,6 @@ _LIGHTNING_ONLY = {
     "predict_loop": _LOOPS,
     "accelerator": "trainer.hardware.accelerator is interlock's plugin (trainer.hardware.device: the device)",
     "precision_plugin": "trainer.hardware.precision is interlock's precision plugin (trainer.precision the flag)",
-    "profiler": "the EventTrace listener times every state (interlock trace, interlock view), or wrap trainer.fit "
-    "in torch.profiler.profile(...)",
     "ckpt_path": "keep the path you passed to fit/validate/test/predict (interlock logs the file it resumed from)",
 }
 
@@ -606,6 +615,36 @@ def _cpu_amp(accelerator: Any, precision: Any) -> Any:
         stacklevel=3,
     )
     return "bf16-mixed"
+
+
+def _profiler_listener(profiler: Any) -> Listener | None:
+    """What ``Trainer(profiler=...)`` installs: ``"simple"`` or a ``SimpleProfiler`` is the chart-state profiler."""
+    from interlock.lightning.profilers import PassThroughProfiler, SimpleProfiler
+    from interlock.listeners.profiler import Profiler
+
+    if profiler is None or isinstance(profiler, PassThroughProfiler):
+        return None
+    if isinstance(profiler, Profiler):
+        return profiler
+    if isinstance(profiler, str):
+        name = profiler.lower()
+        if name == "simple":
+            return SimpleProfiler()
+        instead = {
+            "advanced": "run trainer.fit under cProfile, or profiler='simple' (time per chart state)",
+            "pytorch": "wrap trainer.fit in torch.profiler.profile(...), or profiler='simple'",
+            "xla": "interlock has no XLA support; profiler='simple' times each chart state",
+        }.get(name)
+        if instead is None:
+            raise ValueError(
+                "When passing string value for the `profiler` parameter of `Trainer`, it can only be one of "
+                f"['simple', 'advanced', 'pytorch', 'xla'] (Lightning's); got {profiler!r}"
+            )
+        raise TypeError(f"Trainer(profiler={profiler!r}) is not in interlock: {instead}")
+    raise TypeError(
+        f"Trainer(profiler={profiler!r}): pass 'simple', a SimpleProfiler(dirpath, filename) from "
+        "interlock.lightning.profilers, or an interlock.listeners.Profiler"
+    )
 
 
 def _refuse_in_barebones(**given: Any) -> None:
