@@ -342,6 +342,7 @@ def test_finite_guard_passes_finite_losses_and_names_bad_ones() -> None:
 #: what EarlyStopping stores when patience runs out at epoch 4 after a best of 4.0 (Lightning's reason code 3)
 _PATIENCE_SPENT = {"wait_count": 3, "best_score": 4.0, "stopped_epoch": 4, "stopping_reason": 3, "stopping_best": 4.0}
 
+
 def test_early_stopping_stops_at_the_expected_epoch(tmp_path: Path, digits: DigitsData) -> None:
     """Best at epoch 1, then three checks without improvement: stops at epoch 4 with its counters stored."""
     scores = [5.0, 4.0, 4.5, 4.2, 4.1, 1.0, 1.0, 1.0]
