@@ -259,8 +259,8 @@ def test_a_user_guard_that_reads_an_agreed_fact_needs_its_agreement(tmp_path: Pa
     chart = load_chart(
         _copy(
             tmp_path,
-            "entry: [data.start_epoch, module.on_train_epoch_start]\n            always:\n",
-            "entry: [data.start_epoch, module.on_train_epoch_start]\n            always:\n"
+            "entry: [data.reload, data.start_epoch, module.on_train_epoch_start]\n            always:\n",
+            "entry: [data.reload, data.start_epoch, module.on_train_epoch_start]\n            always:\n"
             "              - {trigger: early, guard: my.stop_early, target: epoch_end}\n",
         )
     )

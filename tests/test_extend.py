@@ -169,7 +169,7 @@ def test_the_added_state_matches_a_plain_loop(tmp_path: Path, ema_chart: Path) -
 # -- edited copies with the default listeners on (progress bar, CSV logger, trace, checkpointing) ---------
 SANITY_EDGE = "          - {trigger: sanity_check, guard: schedule.sanity_due, target: sanity}\n"
 EPOCH_RUN = (
-    "            entry: [data.start_epoch, module.on_train_epoch_start]\n"
+    "            entry: [data.reload, data.start_epoch, module.on_train_epoch_start]\n"
     "            always:\n"
     "              - {trigger: run, target: batch}\n"
 )

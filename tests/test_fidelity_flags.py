@@ -227,7 +227,6 @@ def test_disabled_default_with_an_explicit_listener_is_refused_as_lightning_does
         ("sync_batchnorm", True, "convert_sync_batchnorm"),
         ("profiler", "simple", "interlock.listeners.Profiler"),
         ("barebones", True, "enable_checkpointing=False"),
-        ("reload_dataloaders_every_n_epochs", 1, "set_epoch"),
         ("num_nodes", 2, "torchrun"),
         ("plugins", ["x"], "precision="),
         ("max_epoch", 3, "did you mean max_epochs"),

@@ -317,10 +317,10 @@ def test_states_show_their_entry_and_exit_actions(chart: Chart) -> None:
     ids = state_ids(chart)
     text, dot = to_mermaid(chart), to_dot(chart)
     assert "                fit__train__batch__fetch : entry / optim.plateau_step, data.fetch\n" in text
-    assert 'state "batch<br>entry / data.reenter" as fit__train__batch {' in text
+    assert 'state "batch<br>entry / data.reload, data.reenter" as fit__train__batch {' in text
     assert (
-        'state "val<br>entry /<br>module.on_validation_model_zero_grad,<br>data.reenter, eval.open<br>'
-        'exit / eval.close" as fit__train__val {' in text
+        'state "val<br>entry /<br>module.on_validation_model_zero_grad,<br>data.reload, data.reenter, '
+        'data.reload_val,<br>eval.open<br>exit / eval.close" as fit__train__val {' in text
     )
     assert _dot_node_text(dot, "fit__train__batch__fetch") == "fetch\nentry / optim.plateau_step, data.fetch"
     end = "end\nentry once / module.on_train_batch_end\nentry / signals.vote"

@@ -796,7 +796,7 @@ def test_the_adapter_trainer_is_the_native_trainer() -> None:
     """interlock.lightning.Trainer is an interlock.Trainer and LightningModule an interlock.Module (with a trainer
     view): the native API keeps working on them; the data module is the native one."""
     assert issubclass(il.Trainer, interlock.Trainer)
-    assert issubclass(il.LightningModule, interlock.Module) and il.LightningDataModule is interlock.DataModule
+    assert issubclass(il.LightningModule, interlock.Module) and issubclass(il.LightningDataModule, interlock.DataModule)
     assert "trainer" in vars(il.LightningModule) and "trainer" not in vars(interlock.Module)
 
 

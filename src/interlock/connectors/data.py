@@ -44,6 +44,7 @@ __all__ = [
     "load_datamodule_state",
     "loader_count",
     "num_batches",
+    "prepare_feed",
     "prepare_loader",
     "register",
     "reposition",
@@ -325,6 +326,10 @@ class Feed:
         self.limit: int | None = None
         self.it: Iterator[Any] | None = None
         self.last_outputs: Any = None
+        #: asked for from the module's or data module's ``*_dataloader()`` (so it can be asked for again), and at
+        #: which epoch (``reload_dataloaders_every_n_epochs``)
+        self.from_method = False
+        self.epoch = 0
 
     def prepare(
         self, world_size: int, rank: int, limit: int | float | None, unshuffle: str | None = None, flag: str = "limit"
@@ -335,6 +340,16 @@ class Feed:
         else:
             self.data = EpochData(prepare_loader(self.loader, world_size, rank, unshuffle))
         self.limit = num_batches(self.data.loader, limit, flag)
+
+
+def prepare_feed(run: Run, key: str, feed: Feed) -> None:
+    """Make ``feed`` (the loop's loader ``key``) resumable and sharded for this run, with its batch limit."""
+    dist, cfg = run.dist, run.config
+    loop = key.split("#", maxsplit=1)[0]
+    overfit = cfg.overfit_batches > 0 and run.stage == "fit" and key in ("train", "val")
+    unshuffle = {"train": "training", "val": "validation"}.get(key) if overfit else None
+    flag = f"Trainer(limit_{loop}_batches)"
+    feed.prepare(dist.world_size if dist else 1, dist.rank if dist else 0, cfg.limit(loop), unshuffle, flag)
 
 
 def feed_key(key: str, index: int) -> str:
@@ -592,7 +607,8 @@ def register(reg: Registry) -> None:
                 if key != first and (made is None or (isinstance(made, list | tuple) and not made)):
                     continue
                 for name, loader in split_loaders(key, made).items():
-                    run.feeds[name] = Feed(loader)
+                    feed = run.feeds[name] = Feed(loader)
+                    feed.from_method, feed.epoch = True, run.counters.epoch
 
         return act
 
@@ -633,14 +649,9 @@ def register(reg: Registry) -> None:
         """Make every loader resumable and sharded across ranks; count the batches each loop takes (fills ``data``)."""
 
         def act() -> list[Update]:
-            dist, cfg = run.dist, run.config
             for key, feed in run.feeds.items():
-                loop = key.split("#")[0]
-                limit = cfg.limit(loop)
-                overfit = cfg.overfit_batches > 0 and run.stage == "fit" and key in ("train", "val")
-                unshuffle = {"train": "training", "val": "validation"}.get(key) if overfit else None
-                flag = f"Trainer(limit_{loop}_batches)"
-                feed.prepare(dist.world_size if dist else 1, dist.rank if dist else 0, limit, unshuffle, flag)
+                prepare_feed(run, key, feed)
+            cfg = run.config
             if any(getattr(c, "wants_batch_indices", False) for c in run.callbacks):  # a prediction writer
                 for key, feed in run.feeds.items():
                     if key.split("#")[0] == "predict":
@@ -723,6 +734,7 @@ def register(reg: Registry) -> None:
         if feed is None:  # a stage without training data
             return _no_training_data
         prepare, dist = run.slot(DeviceSlot).prepare_batch, run.slot(DistSlot).dist
+        reloads = run.config.reload_dataloaders_every_n_epochs > 0
 
         def act() -> Update | None:
             try:
@@ -751,6 +763,8 @@ def register(reg: Registry) -> None:
                 drawn = feed.data.generator_epoch
                 if drawn is not None:
                     position["generator_epoch"] = drawn
+                if reloads:  # the epoch its loader was asked for at (a resume into another one warns)
+                    position["loader_epoch"] = feed.epoch
                 return SetDataPosition(position)
             return None
 

@@ -87,6 +87,7 @@ class TrainerConfig:
     min_steps: int | None = attrs.field(default=None, validator=_int_at_least(0, none_ok=True))
     overfit_batches: int | float = attrs.field(default=0.0, validator=_limit)
     log_every_n_steps: int = attrs.field(default=50, validator=_int_at_least(0, extra=" (0: no per-step rows)"))
+    reload_dataloaders_every_n_epochs: int = attrs.field(default=0, validator=_int_at_least(0, extra=" (0: never)"))
 
     def __attrs_post_init__(self) -> None:
         v = self.fast_dev_run
@@ -140,7 +141,7 @@ LIGHTNING_FIELDS = frozenset(
     {
         "max_steps", "val_check_interval", "check_val_every_n_epoch", "num_sanity_val_steps", "accumulate_grad_batches",
         "gradient_clip_val", "gradient_clip_algorithm", "fast_dev_run", "min_epochs", "min_steps", "overfit_batches",
-        "log_every_n_steps",
+        "log_every_n_steps", "reload_dataloaders_every_n_epochs",
     }
 )  # fmt: skip
 

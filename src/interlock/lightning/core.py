@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from interlock.connectors.callbacks import TrainerView
-from interlock.core.datamodule import DataModule as LightningDataModule
+from interlock.core.datamodule import DataModule
 from interlock.core.module import Module
 
 __all__ = ["LightningDataModule", "LightningModule"]
@@ -70,6 +71,31 @@ class LightningModule(Module):
             return None
         shown: TrainerView = view.trainer()
         return shown
+
+
+class LightningDataModule(DataModule):
+    """:class:`interlock.DataModule` with Lightning's ``self.trainer``: the running stage's read-only trainer view.
+
+    Attached as a stage sets up, before ``prepare_data`` and ``setup(stage)``, so they (and the loader
+    methods) can read ``self.trainer.current_epoch``, ``world_size``, ``global_rank``, ...; ``None`` before a
+    Trainer runs the data module, as Lightning's. The native :class:`interlock.DataModule` has none.
+    """
+
+    def attach_trainer(self, view: Callable[[], TrainerView] | None) -> None:
+        """Called by the runtime as a stage sets up: how to reach the stage's trainer view."""
+        self.__dict__["_interlock_trainer"] = view
+
+    @property
+    def trainer(self) -> TrainerView | None:
+        view = self.__dict__.get("_interlock_trainer")
+        return None if view is None else view()
+
+    @trainer.setter
+    def trainer(self, value: Any) -> None:
+        raise AttributeError(
+            f"{type(self).__qualname__}.trainer cannot be set: interlock attaches the trainer view itself when a "
+            "Trainer runs the data module (pass it as trainer.fit(model, datamodule=...))"
+        )
 
 
 #: a package to the import system, so that Lightning's deeper paths below it resolve (interlock.lightning._paths)

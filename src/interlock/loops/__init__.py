@@ -8,7 +8,7 @@ loops' own functions (``module.*``, ``eval.*``, ``schedule.*``, ``limits.*``,
 
 from __future__ import annotations
 
-from interlock.connectors import checkpoint, data, hardware, metrics, optim, rng, rundir, signals
+from interlock.connectors import checkpoint, data, hardware, metrics, optim, reload, rng, rundir, signals
 from interlock.core.registry import Registry
 from interlock.loops import evaluation, hooks, model, schedule, stage, train
 
@@ -23,6 +23,7 @@ OWNERS = (
     model,
     schedule,
     data,
+    reload,
     optim,
     metrics,
     checkpoint,

@@ -318,7 +318,10 @@ def register(reg: Registry) -> None:
 
     @reg.action("module.attach", reads=("hardware",))
     def attach(run: Run, params: Mapping[str, Any]) -> Action:
-        """Show the module the stage's counters, optimizers and backward (not the trainer); warn on misnamed hooks."""
+        """Show the module the stage's counters, optimizers and backward (not the trainer); warn on misnamed hooks.
+
+        A data module with ``attach_trainer`` (``interlock.lightning.LightningDataModule``) gets the trainer view.
+        """
 
         def act() -> None:
             module: Any = run.module
@@ -344,6 +347,9 @@ def register(reg: Registry) -> None:
                     trainer=lambda: callbacks.view(run),
                 )  # fmt: skip
                 module.attach(view)
+            dm = run.plan.datamodule  # a LightningDataModule's self.trainer (before its prepare_data and setup)
+            if dm is not None and callable(getattr(dm, "attach_trainer", None)):
+                dm.attach_trainer(lambda: callbacks.view(run))
 
         return act
 

@@ -28,11 +28,6 @@ LIGHTNING_ONLY: Mapping[str, tuple[tuple[Any, ...], str]] = {
     "auto_lr_find": ((False,), "Lightning 2 removed it (Tuner): call interlock.tuner.lr_find(trainer, module, ...)"),
     "auto_scale_batch_size": ((False,), "Lightning 2 removed it (Tuner); interlock has no batch-size finder"),
     "resume_from_checkpoint": ((None,), "use trainer.fit(module, ..., ckpt_path=PATH)"),
-    "reload_dataloaders_every_n_epochs": (
-        (0,),
-        "interlock iterates the loaders you pass each epoch; build a loader that changes per epoch "
-        "(e.g. its sampler's set_epoch) instead",
-    ),
     "profiler": (
         (None,),
         "add the Profiler listener (callbacks=[interlock.listeners.Profiler()]: time per chart state), or wrap "

@@ -81,6 +81,8 @@ class Trainer:
         min_steps: A stop request waits until this many optimizer steps are done.
         overfit_batches: Train and validate on the first N batches (int) or fraction (float), unshuffled.
         log_every_n_steps: Per-step logging cadence of the loggers that have one (``TensorBoardLogger``).
+        reload_dataloaders_every_n_epochs: Ask the module or data module for its training loader again
+            every N epochs (and its validation loaders before a fit's validation), as Lightning (0: never).
         default_root_dir: Where ``runs/version_N`` folders are made (default: the working directory).
         seed: Seed python, numpy and torch when a stage starts (after the model was built: to seed the
             initial weights too, call ``interlock.seed_everything(seed)`` before building it, as in Lightning).
@@ -130,6 +132,7 @@ class Trainer:
         min_steps: int | None = None,
         overfit_batches: int | float = 0.0,
         log_every_n_steps: int = 50,
+        reload_dataloaders_every_n_epochs: int = 0,
         default_root_dir: str | os.PathLike[str] | None = None,
         seed: int | None = None,
         deterministic: bool | Literal["warn"] | None = None,
@@ -162,6 +165,7 @@ class Trainer:
             min_steps=min_steps,
             overfit_batches=overfit_batches,
             log_every_n_steps=log_every_n_steps,
+            reload_dataloaders_every_n_epochs=reload_dataloaders_every_n_epochs,
         )
         deterministic = check_deterministic(deterministic)
         passed = listeners if listeners is not None else callbacks

@@ -140,7 +140,6 @@ class Trainer(NodeLayout, NativeTrainer):
             "detect_anomaly": detect_anomaly,
             "plugins": plugins,
             "sync_batchnorm": sync_batchnorm,
-            "reload_dataloaders_every_n_epochs": reload_dataloaders_every_n_epochs,
         }
         super().__init__(
             accelerator=accelerator,
@@ -163,6 +162,7 @@ class Trainer(NodeLayout, NativeTrainer):
             check_val_every_n_epoch=check_val_every_n_epoch,
             num_sanity_val_steps=2 if num_sanity_val_steps is None else num_sanity_val_steps,
             log_every_n_steps=50 if log_every_n_steps is None else log_every_n_steps,
+            reload_dataloaders_every_n_epochs=reload_dataloaders_every_n_epochs,
             enable_checkpointing=True if enable_checkpointing is None else enable_checkpointing,
             enable_progress_bar=True if enable_progress_bar is None else enable_progress_bar,
             enable_model_summary=enable_model_summary,
