@@ -254,8 +254,9 @@ def test_an_extension_action_sends_a_chart_event(tmp_path: Path) -> None:
     from conftest import TinyModule, loader, only
 
     text = BUILTIN.read_text().replace(
-        "entry: [data.start_epoch, module.on_train_epoch_start]",
-        "entry: [data.start_epoch, demo.shortcut, module.on_train_epoch_start]\n            on: {shortcut: epoch_end}",
+        "entry: [data.reload, data.start_epoch, module.on_train_epoch_start]",
+        "entry: [data.reload, data.start_epoch, demo.shortcut, module.on_train_epoch_start]\n"
+        "            on: {shortcut: epoch_end}",
     )
     chart = tmp_path / "shortcut.yaml"
     chart.write_text(text)
