@@ -10,13 +10,13 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset
 
 from interlock.core.datamodule import DataModule
 from interlock.core.module import Module
-from interlock.lightning._refuse import missing
 
 __all__ = [
     "BoringDataModule",
     "BoringDataModuleNoLen",
     "BoringModel",
     "DemoModel",
+    "IterableBoringDataModule",
     "ManualOptimBoringModel",
     "Net",
     "RandomDataset",
@@ -226,7 +226,37 @@ class Net(torch.nn.Module):
         return f.log_softmax(self.fc2(self.dropout2(x)), dim=1)
 
 
-__getattr__ = missing(
-    "interlock.lightning.demos.boring_classes",
-    {"IterableBoringDataModule": "interlock trains on one loader; zip several datasets into one Dataset"},
-)
+class IterableBoringDataModule(DataModule):
+    """Lightning's ``IterableBoringDataModule``: per stage, a map-style and an iterable random dataset, two loaders.
+
+    Training cycles the two together (a list of training loaders: ``CombinedLoader``'s ``max_size_cycle``);
+    evaluation and prediction run them one after the other (``dataloader_idx`` 0 and 1).
+    """
+
+    #: how many vectors each stage's datasets hold (Lightning's sizes)
+    SIZES = {"fit": 16, "validate": 32, "test": 64, "predict": 128}
+
+    def setup(self, stage: str) -> None:
+        def pair(count: int) -> list[Dataset[torch.Tensor]]:
+            return [RandomDataset(4, count), RandomIterableDataset(4, count)]
+
+        if stage == "fit":
+            self.train_datasets = pair(self.SIZES["fit"])
+        if stage in ("fit", "validate"):
+            self.val_datasets = pair(self.SIZES["validate"])
+        if stage == "test":
+            self.test_datasets = pair(self.SIZES["test"])
+        if stage == "predict":
+            self.predict_datasets = pair(self.SIZES["predict"])
+
+    def train_dataloader(self) -> list[DataLoader[torch.Tensor]]:
+        return [DataLoader(ds) for ds in self.train_datasets]
+
+    def val_dataloader(self) -> list[DataLoader[torch.Tensor]]:
+        return [DataLoader(ds) for ds in self.val_datasets]
+
+    def test_dataloader(self) -> list[DataLoader[torch.Tensor]]:
+        return [DataLoader(ds) for ds in self.test_datasets]
+
+    def predict_dataloader(self) -> list[DataLoader[torch.Tensor]]:
+        return [DataLoader(ds) for ds in self.predict_datasets]
