@@ -39,6 +39,7 @@ __all__ = [
     "Feed",
     "PositionSampler",
     "check_training_data",
+    "draw_base_seeds",
     "feed_key",
     "generator_state",
     "load_datamodule_state",
@@ -340,6 +341,14 @@ class Feed:
         else:
             self.data = EpochData(prepare_loader(self.loader, world_size, rank, unshuffle))
         self.limit = num_batches(self.data.loader, limit, flag)
+
+
+def draw_base_seeds(feed: Feed) -> None:
+    """Draw what opening ``feed``'s iterator draws: one base seed per ``DataLoader`` (from its generator or torch's)."""
+    data = feed.data
+    for loader in data.dataloaders() if isinstance(data, CombinedData) else [data.loader]:
+        if isinstance(loader, DataLoader):
+            torch.empty((), dtype=torch.int64).random_(generator=loader.generator)
 
 
 def prepare_feed(run: Run, key: str, feed: Feed) -> None:
@@ -690,12 +699,8 @@ def register(reg: Registry) -> None:
 
         def act() -> None:
             feed = run.feeds.get("train")
-            if feed is None or feed.limit == 0:
-                return
-            data = feed.data
-            for loader in data.dataloaders() if isinstance(data, CombinedData) else [data.loader]:
-                if isinstance(loader, DataLoader):
-                    torch.empty((), dtype=torch.int64).random_(generator=loader.generator)
+            if feed is not None and feed.limit != 0:
+                draw_base_seeds(feed)
 
         return act
 

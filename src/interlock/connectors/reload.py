@@ -15,13 +15,10 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-import torch
-from torch.utils.data import DataLoader
-
-from interlock.connectors.combined import CombinedData
 from interlock.connectors.data import (
     Feed,
     check_training_data,
+    draw_base_seeds,
     feed_key,
     loader_count,
     prepare_feed,
@@ -53,14 +50,6 @@ def _prepare(run: Run, key: str, feed: Feed) -> None:
     feed.epoch = run.counters.epoch
 
 
-def _draw_base_seeds(feed: Feed) -> None:
-    """Draw what opening ``feed``'s iterator draws: one base seed per ``DataLoader`` (from its generator or torch's)."""
-    data = feed.data
-    for loader in data.dataloaders() if isinstance(data, CombinedData) else [data.loader]:
-        if isinstance(loader, DataLoader):
-            torch.empty((), dtype=torch.int64).random_(generator=loader.generator)
-
-
 def register(reg: Registry) -> None:
     """``data.reload`` and ``data.reload_val``."""
 
@@ -78,7 +67,7 @@ def register(reg: Registry) -> None:
             if not feed.from_method:  # passed to fit: Lightning's reload has the same loader, and opens it again
                 feed.epoch = run.counters.epoch
                 if not resumed:
-                    _draw_base_seeds(feed)
+                    draw_base_seeds(feed)
                 return None
             saved = run.state.data.get("loader_epoch")
             if resumed and isinstance(saved, int) and saved != run.counters.epoch:
@@ -95,7 +84,7 @@ def register(reg: Registry) -> None:
             _prepare(run, "train", feed)
             check_training_data(feed, run.config)
             if not resumed:  # Lightning opens a reloaded loader's iterator twice (its data set-up, then the epoch's
-                _draw_base_seeds(feed)  # start): the first one's base-seed draw, so the RNG continues as its does
+                draw_base_seeds(feed)  # start): the first one's base-seed draw, so the RNG continues as its does
             return SetStageFacts(limits={**run.state.limits, "train": feed.limit})
 
         return act
