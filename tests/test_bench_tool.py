@@ -181,7 +181,9 @@ def test_bytecode_counts_per_step_are_exact_and_leave_set_up_out() -> None:
     plain = workers.run_opcodes({**spec, "variant": "plain"})  # the plain loop runs none of interlock's code
     assert plain["per_step"].get("interlock", 0) == 0 and plain["per_step"]["bench"] > 0
     assert first["total"] > plain["total"]
-    assert first["per_step"]["other"] == plain["per_step"]["other"]  # interlock's generated code counts as its own
+    # interlock's generated code counts as its own, not as "other" (the stdlib); its step runs less of the stdlib
+    # than the plain loop, whose zero_grad opens torch's profiler span (interlock.plugins.grads skips it)
+    assert 0 < first["per_step"]["other"] <= plain["per_step"]["other"]
     longer = workers.run_opcodes({**spec, "short": 15, "long": 30})  # set-up is left out: the same per step
     for origin in ("interlock", "torch", "bench"):
         assert longer["per_step"][origin] == first["per_step"][origin], origin

@@ -21,6 +21,7 @@ from interlock.core.run import Run
 from interlock.core.slots import Fill, OptimSlot, SlotError
 from interlock.core.step import Facts
 from interlock.core.updates import ReplaceOptimizer, SetDataPosition, SetLearningRate, SetStageFacts, Update
+from interlock.plugins import grads
 
 __all__ = [
     "Scheduler", "StepOptimizer", "configure_optimizers", "is_manual", "module_step_action", "register",
@@ -310,7 +311,7 @@ def module_step_action(run: Run) -> Callable[[], None]:
             else:
                 optimizer_step(optimizer, closure)
             if zero_after:
-                optimizer.zero_grad(set_to_none=True)
+                grads.zero_grad(optimizer)
 
     return act
 
@@ -517,7 +518,7 @@ def register(reg: Registry) -> None:
                     if custom:
                         module.optimizer_zero_grad(counters.epoch, step.index, optimizer)  # type: ignore[operator]
                     else:
-                        optimizer.zero_grad()  # Lightning's default optimizer_zero_grad
+                        grads.zero_grad(optimizer)  # Lightning's default optimizer_zero_grad: optimizer.zero_grad()
 
         return act
 

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from interlock.core.run import Step
+from interlock.plugins import grads
 
 __all__ = [
     "PRECISION_ALIASES",
@@ -303,7 +304,7 @@ class Precision:
             def plain() -> None:
                 for optimizer in optimizers:
                     optimizer.step()
-                    optimizer.zero_grad(set_to_none=True)
+                    grads.zero_grad(optimizer)
 
             return plain
 
@@ -318,7 +319,7 @@ class Precision:
                         torch.nn.utils.clip_grad_value_(params, clip)
                 self.optimizer_step(optimizer)
                 if zero:
-                    optimizer.zero_grad(set_to_none=True)
+                    grads.zero_grad(optimizer)
 
         return act
 
