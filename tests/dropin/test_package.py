@@ -269,7 +269,10 @@ PUBLIC = {
         "Timer",
         "TQDMProgressBar",
         "ProgressBar",
+        "WeightAveraging",
+        "EMAWeightAveraging",
     ],
+    "interlock.lightning.callbacks.weight_averaging": ["WeightAveraging", "EMAWeightAveraging"],
     "interlock.lightning.loggers": ["CSVLogger", "TensorBoardLogger", "Logger"],
     "interlock.lightning.cli": ["LightningCLI", "SaveConfigCallback"],
     "interlock.lightning.utilities": [
@@ -308,7 +311,7 @@ def test_lightning_public_names_import_from_the_same_paths(module: str, names: l
     ("module", "name", "says"),
     [
         ("callbacks", "ModelPruning", "prune"),
-        ("callbacks", "WeightAveraging", "AveragedModel"),
+        ("callbacks", "SpikeDetection", "FiniteGuard"),
         ("loggers", "CometLogger", "not in interlock yet"),
         ("utilities", "measure_flops", "FlopCounterMode"),
         ("callbacks", "RichModelSummary", "the same table in plain text"),

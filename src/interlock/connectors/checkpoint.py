@@ -255,15 +255,19 @@ def restore(
     schedulers: Sequence[Scheduler],
     source: str,
     strategy: Strategy | None = None,
+    weights: bool = True,
 ) -> TrainerState:
-    """Load weights, gradients, optimizer and scheduler states in place (through ``strategy``); return the state."""
+    """Load weights, gradients, optimizer and scheduler states in place (through ``strategy``); return the state.
+
+    ``weights=False``: the weights are in the module already (:func:`load_module_weights`, as a fit reads the file).
+    """
     strategy = strategy if strategy is not None else Strategy()
     sharded = ckpt.get("sharded")
     state = check_resumable(ckpt, module, [] if sharded else optimizers, schedulers, source)
     if sharded:  # a directory: DCP loads model and optimizer state in place, resharded to this run
         strategy.load_sharded(sharded, module, optimizers)
-    else:
-        strategy.load_model_state_dict(module, ckpt["state_dict"], strict=getattr(module, "strict_loading", True))
+    elif weights:
+        load_module_weights(ckpt, module, strategy)
     saved_grads = ckpt.get("grads") or {}
     for name, param in module.named_parameters():
         grad = saved_grads.get(name)
@@ -276,6 +280,11 @@ def restore(
     for sched, saved in zip(schedulers, ckpt.get("lr_schedulers", []), strict=False):
         sched.scheduler.load_state_dict(saved)
     return state
+
+
+def load_module_weights(ckpt: Mapping[str, Any], module: torch.nn.Module, strategy: Strategy) -> None:
+    """The checkpoint's ``state_dict`` into the module (``strict_loading``: Lightning's flag on the module)."""
+    strategy.load_model_state_dict(module, ckpt["state_dict"], strict=getattr(module, "strict_loading", True))
 
 
 def call_load_hook(module: torch.nn.Module, ckpt: Mapping[str, Any]) -> None:
@@ -574,6 +583,8 @@ def register(reg: Registry) -> None:
             call_load_hook(run.module, ckpt)  # Lightning: before configure_optimizers (fit's optim.configure)
             run.checkpoint.loaded = (ckpt, source, saved)
             run.checkpoint.resumed = source
+            if not ckpt.get("sharded"):  # Lightning's restore_model: the weights, then the callbacks (which may change
+                load_module_weights(ckpt, run.module, run.slot(HardwareSlot).strategy)  # them: WeightAveraging's)
             load_callbacks(run, ckpt)  # Lightning restores callbacks with the module, before configure_optimizers
             return SetRunInfo(run_dir=run_dir) if continued is not None else None
 
@@ -588,10 +599,7 @@ def register(reg: Registry) -> None:
             if loaded is not None and loaded[0].get("sharded"):
                 run.slot(HardwareSlot).strategy.load_sharded(loaded[0]["sharded"], run.module, [])
             elif loaded is not None:
-                strict = getattr(run.module, "strict_loading", True)  # Lightning's LightningModule.strict_loading
-                run.slot(HardwareSlot).strategy.load_model_state_dict(
-                    run.module, loaded[0]["state_dict"], strict=strict
-                )
+                load_module_weights(loaded[0], run.module, run.slot(HardwareSlot).strategy)
 
         return act
 
@@ -605,7 +613,7 @@ def register(reg: Registry) -> None:
                 return _continue(run)
             ckpt, source, saved = loaded
             strategy = run.slot(HardwareSlot).strategy
-            restore(ckpt, run.module, run.optimizers, run.schedulers, source, strategy)
+            restore(ckpt, run.module, run.optimizers, run.schedulers, source, strategy, weights=False)
             run.slot(HardwareSlot).precision.load_state_dict(ckpt.get("precision", {}))
             load_datamodule_state(run, saved)
             now = run.state  # this process's rank and run directory, not the saving process's

@@ -1,8 +1,8 @@
 """Lightning's ``callbacks`` names: ``Callback``, and interlock's listeners taking Lightning's constructor arguments.
 
 ``Callback`` is Lightning's base class, run at Lightning's moments (docs/porting.md#callbacks);
-``BaseFinetuning``, ``BackboneFinetuning``, ``BasePredictionWriter`` and ``LambdaCallback`` are
-Lightning's callbacks of those names, written on it.
+``BaseFinetuning``, ``BackboneFinetuning``, ``BasePredictionWriter``, ``LambdaCallback``, ``WeightAveraging`` and
+``EMAWeightAveraging`` are Lightning's callbacks of those names, written on it.
 
 ``ModelCheckpoint``, ``EarlyStopping``, ``LearningRateMonitor``, ``Timer``, ``ModelSummary``,
 ``StochasticWeightAveraging``, ``GradientAccumulationScheduler``, ``RichProgressBar``,
@@ -33,6 +33,7 @@ from interlock.lightning._refuse import missing, refuse_value
 from interlock.lightning.callback import Callback
 from interlock.lightning.finetuning import BackboneFinetuning, BaseFinetuning
 from interlock.lightning.utilities import MisconfigurationException
+from interlock.lightning.weight_averaging import EMAWeightAveraging, WeightAveraging
 from interlock.listeners import DeviceStatsMonitor, GradientAccumulationScheduler
 from interlock.listeners import EarlyStopping as _EarlyStopping
 from interlock.listeners import LearningRateMonitor as _LearningRateMonitor
@@ -49,6 +50,7 @@ __all__ = [
     "BasePredictionWriter",
     "Callback",
     "DeviceStatsMonitor",
+    "EMAWeightAveraging",
     "EarlyStopping",
     "GradientAccumulationScheduler",
     "LambdaCallback",
@@ -60,6 +62,7 @@ __all__ = [
     "StochasticWeightAveraging",
     "TQDMProgressBar",
     "Timer",
+    "WeightAveraging",
 ]
 
 
@@ -527,8 +530,6 @@ __getattr__ = missing(
         "RichModelSummary": "use ModelSummary(max_depth) (the same table in plain text)",
         "OnExceptionCheckpoint": "interlock saves last.ckpt on preemption and Ctrl-C by itself (docs/resuming.md)",
         "ModelPruning": "call torch.nn.utils.prune from a module hook",
-        "WeightAveraging": "use torch.optim.swa_utils.AveragedModel from module hooks, or " + _NATIVE,
-        "EMAWeightAveraging": "use torch.optim.swa_utils.AveragedModel from module hooks, or " + _NATIVE,
         "SpikeDetection": "add the FiniteGuard listener (interlock.listeners.FiniteGuard), or " + _NATIVE,
         "ThroughputMonitor": "the EventTrace listener records each batch's time (interlock trace)",
         "Checkpoint": "subclass interlock.listeners.ModelCheckpoint, or " + _NATIVE,
