@@ -45,6 +45,7 @@ __all__ = [
     "load_callbacks",
     "module_writes",
     "order_callbacks",
+    "sampler_kwargs",
     "save_callbacks",
     "shows_trainer",
     "state_key",
@@ -390,6 +391,26 @@ class TrainerView(NodeLayout):
         return str(self._run.slot(HardwareSlot).precision.flag)
 
     @property
+    def scaler(self) -> Any:
+        """The gradient scaler of ``16-mixed`` (``torch.amp.GradScaler``), else ``None``."""
+        return self._run.slot(HardwareSlot).precision.scaler
+
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, int] | None:
+        """``num_replicas`` and ``rank`` of a ``DistributedSampler`` for this run (``None`` on a single device)."""
+        return sampler_kwargs(self._run.slot(HardwareSlot).strategy)
+
+    @property
+    def evaluating(self) -> bool:
+        """Validation, testing or the sanity check is running (Lightning's)."""
+        return self._running_stage() in ("validate", "test", "sanity_check")
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` in each node's local rank 0 only (Lightning's ``trainer.print``)."""
+        if self.local_rank == 0:
+            print(*args, **kwargs)
+
+    @property
     def interrupted(self) -> bool:
         """Lightning's: the call ends by an exception (Ctrl-C, a preemption signal, an error: ``on_exception``)."""
         return self.state.status.value == "interrupted"
@@ -630,7 +651,16 @@ def _as_given(loaders: list[Any]) -> Any:
     return loaders[0] if len(loaders) == 1 else loaders
 
 
-_OFFERS = sorted(n for n, v in vars(TrainerView).items() if isinstance(v, property) or n in ("save_checkpoint",))
+_OFFERS = sorted(
+    n for n, v in vars(TrainerView).items() if isinstance(v, property) or n in ("save_checkpoint", "print")
+)
+
+
+def sampler_kwargs(strategy: Any) -> dict[str, int] | None:
+    """Lightning's ``distributed_sampler_kwargs``: ``num_replicas``, ``rank`` with several devices, else ``None``."""
+    if strategy.name == "single_device":
+        return None
+    return {"num_replicas": int(strategy.world_size), "rank": int(strategy.global_rank)}
 
 
 # -- calling the callbacks -----------------------------------------------------------------------

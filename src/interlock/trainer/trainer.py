@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -13,6 +14,7 @@ from interlock.connectors.callbacks import batch_end_handler
 from interlock.connectors.checkpoint import check_ckpt_path
 from interlock.connectors.finished import NO_FIT, FinishedFit, keep_finished
 from interlock.connectors.hardware import resolve_hardware
+from interlock.connectors.init_module import tensor_init_context
 from interlock.connectors.rundir import next_run_dir
 from interlock.connectors.torch_flags import check_deterministic, set_torch_flags
 from interlock.core.chart import Chart, load_chart
@@ -373,6 +375,14 @@ class Trainer:
         if not isinstance(kept, FinishedFit):
             raise RuntimeError(f"trainer.save_checkpoint({str(filepath)!r}): {kept}")
         kept.save(filepath, weights_only)
+
+    def init_module(self, empty_init: bool | None = None) -> contextlib.AbstractContextManager[None]:
+        """Make a module's tensors on this trainer's device and precision's dtype (Lightning's ``trainer.init_module``).
+
+        ``with trainer.init_module(): model = Net()`` allocates once, where the run will use it;
+        ``empty_init=True`` skips weight initialisation, for a module a checkpoint then fills.
+        """
+        return tensor_init_context(self.hardware, empty_init)
 
     # -- entry points -----------------------------------------------------------------
     def fit(

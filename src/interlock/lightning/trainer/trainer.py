@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import torch
 
-from interlock.connectors.callbacks import TrainerView, is_callback, lightning_order, view
+from interlock.connectors.callbacks import TrainerView, is_callback, lightning_order, sampler_kwargs, view
 from interlock.connectors.lightning_state import LightningState, RunningStage, TrainerStatus, lightning_state
 from interlock.core.config import LIGHTNING_FIELDS, NodeLayout, filled_min_epochs, lightning_flag
 from interlock.core.datamodule import is_datamodule
@@ -360,6 +360,21 @@ class Trainer(NodeLayout, NativeTrainer):
     def precision(self) -> str:
         return str(self.hardware.precision.flag)
 
+    @property
+    def scaler(self) -> Any:
+        """The gradient scaler of ``16-mixed`` (``torch.amp.GradScaler``, made as a fit sets up), else ``None``."""
+        return self.hardware.precision.scaler
+
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, int] | None:
+        """``num_replicas`` and ``rank`` of a ``DistributedSampler`` (``None`` on a single device), as Lightning's."""
+        return sampler_kwargs(self.hardware.strategy)
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` in each node's local rank 0 only (Lightning's)."""
+        if self.local_rank == 0:
+            print(*args, **kwargs)
+
     def __getattr__(self, name: str) -> Any:
         """Lightning's flag attributes (``trainer.limit_val_batches``, ``accumulate_grad_batches``, ...)."""
         try:
@@ -532,6 +547,11 @@ class Trainer(NodeLayout, NativeTrainer):
     @property
     def predicting(self) -> bool:
         return self.state.stage == RunningStage.PREDICTING
+
+    @property
+    def evaluating(self) -> bool:
+        """Validation, testing or the sanity check is running (Lightning's)."""
+        return self.state.stage in (RunningStage.VALIDATING, RunningStage.TESTING, RunningStage.SANITY_CHECKING)
 
     @property
     def interrupted(self) -> bool:
