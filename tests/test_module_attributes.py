@@ -240,13 +240,37 @@ def test_steps_without_batch_idx_run(tmp_path: Path) -> None:
 
 
 def test_a_module_defining_an_override_interlock_never_calls_is_refused(tmp_path: Path) -> None:
-    """configure_sharded_model (renamed in Lightning 2.1) raises at set-up naming configure_model."""
+    """training_epoch_end (removed in Lightning 2.0) raises at set-up naming on_train_epoch_end."""
 
     class Old(TinyModule):
-        def configure_sharded_model(self) -> None: ...
+        def training_epoch_end(self, outputs: Any) -> None: ...
 
-    with pytest.raises(TypeError, match=r"configure_sharded_model.*configure_model"):
+    with pytest.raises(TypeError, match=r"training_epoch_end.*on_train_epoch_end"):
         interlock.Trainer(max_epochs=1, **only(), default_root_dir=tmp_path).fit(Old(), loader())
+
+
+def test_the_deprecated_configure_sharded_model_is_called_where_configure_model_runs(tmp_path: Path) -> None:
+    """configure_sharded_model (renamed in Lightning 2.1) warns and runs at each stage; defining both is refused."""
+    calls: list[str] = []
+
+    class Old(TinyModule):
+        def configure_sharded_model(self) -> None:
+            calls.append("sharded")
+            if not hasattr(self, "extra"):
+                self.extra = torch.nn.Linear(2, 2)
+
+    trainer = interlock.Trainer(max_epochs=1, **only(), default_root_dir=tmp_path)
+    module = Old()
+    with pytest.warns(DeprecationWarning, match="configure_sharded_model.*configure_model"):
+        trainer.fit(module, loader())
+        trainer.test(module, loader())
+    assert calls == ["sharded", "sharded"] and isinstance(module.extra, torch.nn.Linear)
+
+    class Both(Old):
+        def configure_model(self) -> None: ...
+
+    with pytest.raises(RuntimeError, match="Both `Both.configure_model`, and `Both.configure_sharded_model`"):
+        trainer.fit(Both(), loader())
 
 
 class EvalMode(TinyModule):

@@ -259,12 +259,23 @@ def register(reg: Registry) -> None:
     def configure_model(run: Run, params: Mapping[str, Any]) -> Action:
         """The module's ``configure_model()`` after ``setup``, before the device move and the optimizers (Lightning's).
 
-        Called at every stage's set-up, as in Lightning: make it idempotent (build only what is missing).
+        Called at every stage's set-up, as in Lightning: make it idempotent (build only what is missing). A module
+        that still defines Lightning's deprecated ``configure_sharded_model()`` instead gets Lightning's warning, and
+        that is called (defining both is refused at set-up: ``loops.stage.check_module``).
         """
         module: Any = run.module
+        name = type(module).__name__
+        if callable(getattr(type(module), "configure_sharded_model", None)):
+            warnings.warn(
+                f"You have overridden `{name}.configure_sharded_model` which is deprecated. Please override the "
+                "`configure_model` hook instead (Lightning's warning; interlock calls it where configure_model runs)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return lambda: as_updates(module.configure_sharded_model(), f"{name}.configure_sharded_model") or None
         if not overrides(module, "configure_model"):
             return NOOP
-        return lambda: as_updates(module.configure_model(), f"{type(module).__name__}.configure_model") or None
+        return lambda: as_updates(module.configure_model(), f"{name}.configure_model") or None
 
     for hook in ("on_sanity_check_start", "on_sanity_check_end"):
 

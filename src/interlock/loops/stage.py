@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from interlock.core.module import Module
+from interlock.core.module import Module, overrides
 from interlock.core.registry import Action, Guard, Registry
 from interlock.core.run import Run, StageDef, stage_def
 from interlock.core.updates import SetStatus
@@ -22,7 +22,6 @@ __all__ = ["UNCALLED", "check_module", "register", "require"]
 
 #: Lightning module methods interlock does not call, and what to write instead: defining one is an error at set-up.
 UNCALLED = {
-    "configure_sharded_model": "Lightning 2.1 renamed it configure_model(); define configure_model() instead",
     "training_step_end": "removed in Lightning 2.0 (Lightning raises too): do the work in training_step",
     "validation_step_end": "removed in Lightning 2.0: do the work in validation_step",
     "test_step_end": "removed in Lightning 2.0: do the work in test_step",
@@ -48,6 +47,12 @@ def check_module(module: Any) -> None:
     for name, instead in UNCALLED.items():
         if callable(getattr(type(module), name, None)):
             raise TypeError(f"{type(module).__name__}.{name}() is never called by interlock: {instead}")
+    name = type(module).__name__
+    if callable(getattr(type(module), "configure_sharded_model", None)) and overrides(module, "configure_model"):
+        raise RuntimeError(  # Lightning's error and words
+            f"Both `{name}.configure_model`, and `{name}.configure_sharded_model` are overridden. The latter is "
+            "deprecated and it should be replaced with the former."
+        )
 
 
 def require(module: Any, stage: str, definition: StageDef, given: Mapping[str, Any]) -> None:
