@@ -677,13 +677,24 @@ def register(reg: Registry) -> None:
 
     @reg.action("data.start_epoch")
     def start_epoch(run: Run, params: Mapping[str, Any]) -> Action:
-        """Open the training data for a new epoch (the sampler draws this epoch's order)."""
+        """Open the training data for a new epoch (the sampler draws this epoch's order).
+
+        With ``plan.train_opened`` the fit's first opening draws no base seed from the global RNG: Lightning's
+        learning-rate sweep opened that iterator in its isolated RNG (a loader's own generator still draws).
+        """
         counters = run.counters
+        opened = [run.plan.train_opened]
 
         def act() -> Update:
             feed = run.feeds["train"]
             feed.data.set_epoch(counters.epoch)
-            feed.it, feed.last_outputs = feed.data.iterate(0), None
+            if opened[0]:
+                opened[0], kept = False, torch.get_rng_state()
+                feed.it = feed.data.iterate(0)
+                torch.set_rng_state(kept)
+            else:
+                feed.it = feed.data.iterate(0)
+            feed.last_outputs = None
             return SetDataPosition({}, replace=True)
 
         return act

@@ -88,6 +88,9 @@ class RunPlan:
     module_loaders: bool = False
     #: predict keeps what ``predict_step`` returned (``False``: Lightning's ``return_predictions=False``, nothing kept)
     return_predictions: bool = True
+    #: the training loader's first iterator was opened before the fit, in an isolated global RNG (Lightning's
+    #: learning-rate sweep sets its loaders up so): opening it draws nothing from the global RNG
+    train_opened: bool = False
 
     @property
     def loads_later(self) -> bool:

@@ -1,8 +1,9 @@
 """Lightning's ``callbacks`` names: ``Callback``, and interlock's listeners taking Lightning's constructor arguments.
 
 ``Callback`` is Lightning's base class, run at Lightning's moments (docs/porting.md#callbacks);
-``BaseFinetuning``, ``BackboneFinetuning``, ``BasePredictionWriter``, ``LambdaCallback``, ``WeightAveraging`` and
-``EMAWeightAveraging`` are Lightning's callbacks of those names, written on it.
+``BaseFinetuning``, ``BackboneFinetuning``, ``BasePredictionWriter``, ``LambdaCallback``,
+``LearningRateFinder``, ``WeightAveraging`` and ``EMAWeightAveraging`` are Lightning's callbacks of those
+names, written on it.
 
 ``ModelCheckpoint``, ``EarlyStopping``, ``LearningRateMonitor``, ``Timer``, ``ModelSummary``,
 ``StochasticWeightAveraging``, ``GradientAccumulationScheduler``, ``RichProgressBar``,
@@ -32,6 +33,7 @@ from interlock.core.state import TrainerState, callback_metrics
 from interlock.lightning._refuse import missing, refuse_value
 from interlock.lightning.callback import Callback
 from interlock.lightning.finetuning import BackboneFinetuning, BaseFinetuning
+from interlock.lightning.lr_finder import LearningRateFinder
 from interlock.lightning.utilities import MisconfigurationException
 from interlock.lightning.weight_averaging import EMAWeightAveraging, WeightAveraging
 from interlock.listeners import DeviceStatsMonitor, GradientAccumulationScheduler
@@ -54,6 +56,7 @@ __all__ = [
     "EarlyStopping",
     "GradientAccumulationScheduler",
     "LambdaCallback",
+    "LearningRateFinder",
     "LearningRateMonitor",
     "ModelCheckpoint",
     "ModelSummary",
@@ -525,8 +528,6 @@ __getattr__ = missing(
     "interlock.lightning.callbacks",
     {
         "BatchSizeFinder": "choose the batch size yourself; interlock has no batch-size finder",
-        "LearningRateFinder": "run the finder before fit: interlock.lightning.tuner.Tuner(trainer).lr_find(model, "
-        "train_loader) or interlock.tuner.lr_find(trainer, model, train_loader)",
         "RichModelSummary": "use ModelSummary(max_depth) (the same table in plain text)",
         "OnExceptionCheckpoint": "interlock saves last.ckpt on preemption and Ctrl-C by itself (docs/resuming.md)",
         "ModelPruning": "call torch.nn.utils.prune from a module hook",

@@ -80,6 +80,8 @@ class Session:
     fitted: FinishedFit | str | None = None
     #: the run, kept to be read after its stage as it ended (``None``: over several processes, or none ran)
     ended: Run | None = None
+    #: a fit's training loader was opened before it in an isolated RNG (:attr:`RunPlan.train_opened`)
+    train_opened: bool = False
 
     def run(
         self,
@@ -102,6 +104,7 @@ class Session:
             datamodule=datamodule,
             module_loaders=datamodule is None and module_gives_loaders(module, self.runtime.chart, stage, loaders),
             return_predictions=return_predictions,
+            train_opened=self.train_opened and stage == "fit",
         )
         feeds = {
             name: Feed(loader) for key, given in loaders.items() for name, loader in split_loaders(key, given).items()

@@ -310,6 +310,7 @@ class Trainer:
             callbacks=self.lightning_callbacks,
             listeners=tuple(self.listeners),
             given=self.given,
+            train_opened=self.__dict__.pop("_train_opened", False),
             detect_anomaly=self.detect_anomaly,
         )
 

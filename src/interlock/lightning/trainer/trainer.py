@@ -26,6 +26,7 @@ from interlock.core.datamodule import is_datamodule
 from interlock.core.events import Listener
 from interlock.core.module import Module
 from interlock.core.state import TrainerState, callback_metrics, logged_metrics, progress_bar_metrics
+from interlock.lightning.lr_finder import LearningRateFinder
 from interlock.trainer.trainer import Trainer as NativeTrainer
 from interlock.trainer.trainer import _report
 
@@ -186,9 +187,27 @@ class Trainer(NodeLayout, NativeTrainer):
         ckpt_path: str | os.PathLike[str] | None = None,
         weights_only: bool | None = None,
     ) -> dict[str, float]:
-        """Lightning's ``fit(model, train_dataloaders, val_dataloaders, datamodule, ckpt_path)`` (its order)."""
+        """Lightning's ``fit(model, train_dataloaders, val_dataloaders, datamodule, ckpt_path)`` (its order).
+
+        A ``LearningRateFinder`` among the callbacks sweeps first (``interlock.lightning.lr_finder``).
+        """
         _weights_only(weights_only, "fit")
         self._attach(datamodule if datamodule is not None else train_dataloaders)
+        for finder in [c for c in self.lightning_callbacks if isinstance(c, LearningRateFinder)]:
+            if type(finder).on_fit_start is not LearningRateFinder.on_fit_start:
+                raise NotImplementedError(
+                    f"{type(finder).__name__} overrides on_fit_start, so its sweep would run inside the fit, which "
+                    "interlock does not do; keep LearningRateFinder's on_fit_start (the sweep as the fit starts), "
+                    "or run interlock.lightning.tuner.Tuner(trainer).lr_find(model, ...) between fits"
+                )
+            if ckpt_path is not None:
+                raise NotImplementedError(
+                    f"{type(finder).__name__} with fit(ckpt_path=...): the sweep would start from the restored "
+                    "weights and reset the learning rate in the middle of the run (Lightning does so); remove the "
+                    "callback when resuming"
+                )
+            if finder.sweep(self, model, train_dataloaders, val_dataloaders, datamodule):
+                self.__dict__["_train_opened"] = True  # Lightning's sweep opened the fit's loader in its isolated RNG
         return super().fit(model, train_dataloaders, val_dataloaders, ckpt_path, datamodule=datamodule)
 
     def validate(
