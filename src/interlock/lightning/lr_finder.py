@@ -82,16 +82,15 @@ class LearningRateFinder(Callback):
                 "again later (at milestones), stop the fit there and run interlock.lightning.tuner.Tuner(trainer)"
                 ".lr_find(model, ...) between fits"
             )
+        from interlock.trainer.lr_find import set_lr_attr
+
         finder, name = self._swept
         self._swept = None
         self.optimal_lr = finder
         lr = finder.suggestion() if finder is not None and name else None
         if lr is None:
             return
-        if hasattr(pl_module, name):
-            setattr(pl_module, name, lr)
-        else:
-            pl_module.hparams[name] = lr
+        set_lr_attr(pl_module, name, lr)
         for optimizer in trainer.optimizers:
             for group in optimizer.param_groups:
                 group["lr"] = lr

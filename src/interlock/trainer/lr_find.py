@@ -28,7 +28,7 @@ from interlock.core.modes import restore_modes, training_modes
 from interlock.listeners.lr_finder import LRSweep
 from interlock.trainer.trainer import Trainer
 
-__all__ = ["LRFinder", "lr_find"]
+__all__ = ["LRFinder", "lr_find", "set_lr_attr"]
 
 _log = logging.getLogger(__name__)
 PLOT = "lr_find.svg"
@@ -238,9 +238,14 @@ def lr_find(
     if name:
         lr = finder.suggestion()
         if lr is not None:
-            if hasattr(module, name):
-                setattr(module, name, lr)
-            else:
-                module.hparams[name] = lr
-            _log.info("learning rate set to %s", lr)
+            set_lr_attr(module, name, lr)
     return finder
+
+
+def set_lr_attr(module: Any, name: str, lr: float) -> None:
+    """Set the module's attribute ``name`` (else its ``hparams[name]``) to ``lr``, as Lightning's finder does."""
+    if hasattr(module, name):
+        setattr(module, name, lr)
+    else:
+        module.hparams[name] = lr
+    _log.info("learning rate set to %s", lr)
