@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader, TensorDataset
 
 import interlock.lightning as il
+from interlock.core.errors import CheckpointError
 from interlock.lightning.callbacks import Callback, EMAWeightAveraging, ModelCheckpoint, WeightAveraging
+from interlock.plugins.checkpoint_io import TorchCheckpointIO
 
 QUIET: dict[str, Any] = {"logger": False, "enable_progress_bar": False, "enable_model_summary": False}
 
@@ -147,3 +149,23 @@ def test_should_update_of_the_ema_is_lightnings() -> None:
     assert [s for s in range(5) if e.should_update(epoch_idx=s)] == [2, 3, 4]
     assert not EMAWeightAveraging(update_every_n_steps=0).should_update(step_idx=0)
     assert WeightAveraging().should_update(step_idx=0) and not WeightAveraging().should_update(epoch_idx=0)
+
+
+def test_a_refused_optimizer_state_leaves_the_module_as_it_was(tmp_path: Path) -> None:
+    """Weights loaded early for a callback's on_load_checkpoint are put back when the optimizer state is refused."""
+    fit(tmp_path / "a", WeightAveraging())
+    path = tmp_path / "a" / "ck" / "epoch=0-step=3.ckpt"
+    io = TorchCheckpointIO()
+    payload = io.load_checkpoint(path)
+    model = Net()
+    payload["optimizer_states"][0] = torch.optim.Adam(model.parameters()).state_dict()  # another optimizer's state
+    bad = tmp_path / "bad.ckpt"
+    io.save_checkpoint(payload, bad)
+    torch.manual_seed(3)
+    module = Net()
+    before = {k: v.clone() for k, v in module.state_dict().items()}
+    trainer = il.Trainer(max_epochs=3, callbacks=[WeightAveraging()], default_root_dir=str(tmp_path / "b"), **QUIET)
+    with pytest.raises(CheckpointError, match="optimizer_states"):
+        trainer.fit(module, *loaders(), ckpt_path=str(bad))
+    for name, value in module.state_dict().items():
+        assert torch.equal(value, before[name]), name

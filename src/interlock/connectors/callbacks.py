@@ -40,6 +40,7 @@ __all__ = [
     "caller",
     "check_callback",
     "ending",
+    "has_load_hooks",
     "is_callback",
     "lightning_order",
     "load_callbacks",
@@ -822,6 +823,11 @@ def save_callbacks(run: Run, checkpoint: dict[str, Any], state: TrainerState | N
     call = caller(run, "on_save_checkpoint", "train")
     if call is not None:
         _apply_later(run, call(checkpoint))
+
+
+def has_load_hooks(run: Run) -> bool:
+    """Some callback overrides ``on_load_checkpoint`` (it may change the module's weights there)."""
+    return any(_overrides(c, "on_load_checkpoint") for c in run.callbacks)
 
 
 def load_callbacks(run: Run, checkpoint: Mapping[str, Any]) -> None:

@@ -28,7 +28,7 @@ from typing import Any
 import attrs
 import torch
 
-from interlock.connectors.callbacks import load_callbacks, save_callbacks
+from interlock.connectors.callbacks import has_load_hooks, load_callbacks, save_callbacks
 from interlock.connectors.data import (
     generator_state,
     load_datamodule_state,
@@ -583,8 +583,13 @@ def register(reg: Registry) -> None:
             call_load_hook(run.module, ckpt)  # Lightning: before configure_optimizers (fit's optim.configure)
             run.checkpoint.loaded = (ckpt, source, saved)
             run.checkpoint.resumed = source
-            if not ckpt.get("sharded"):  # Lightning's restore_model: the weights, then the callbacks (which may change
-                load_module_weights(ckpt, run.module, run.slot(HardwareSlot).strategy)  # them: WeightAveraging's)
+            if not ckpt.get("sharded") and has_load_hooks(run):  # Lightning's restore_model, then the callbacks,
+                # which may change the weights (WeightAveraging puts the module's own back); the module's weights
+                # are kept to be put back if the optimizers' or schedulers' states are refused later
+                run.checkpoint.kept_weights = {
+                    k: v.detach().to("cpu", copy=True) for k, v in run.module.state_dict().items()
+                }
+                load_module_weights(ckpt, run.module, run.slot(HardwareSlot).strategy)
             load_callbacks(run, ckpt)  # Lightning restores callbacks with the module, before configure_optimizers
             return SetRunInfo(run_dir=run_dir) if continued is not None else None
 
@@ -613,7 +618,13 @@ def register(reg: Registry) -> None:
                 return _continue(run)
             ckpt, source, saved = loaded
             strategy = run.slot(HardwareSlot).strategy
-            restore(ckpt, run.module, run.optimizers, run.schedulers, source, strategy, weights=False)
+            kept, run.checkpoint.kept_weights = run.checkpoint.kept_weights, None
+            try:
+                restore(ckpt, run.module, run.optimizers, run.schedulers, source, strategy, weights=kept is None)
+            except CheckpointError:
+                if kept is not None:  # a refused checkpoint leaves the module's weights as they were
+                    run.module.load_state_dict(kept)
+                raise
             run.slot(HardwareSlot).precision.load_state_dict(ckpt.get("precision", {}))
             load_datamodule_state(run, saved)
             now = run.state  # this process's rank and run directory, not the saving process's

@@ -93,6 +93,8 @@ class CheckpointSlot:
     ``history`` the run's metric history log; ``lock`` the run directory's lock while held;
     ``resumed`` the checkpoint the stage continues (``""``: none); ``bus`` the stage's event bus (a
     checkpoint saved by a replay between checkpoint states observes the re-executed transitions on it).
+    ``kept_weights``: the module's own weights (on the CPU) while a checkpoint's are loaded ahead of the
+    optimizers for callbacks' ``on_load_checkpoint``, put back if the rest of the checkpoint is refused.
     """
 
     io: Any = None
@@ -102,6 +104,7 @@ class CheckpointSlot:
     lock: Any = None
     resumed: str = ""
     bus: Any = None
+    kept_weights: dict[str, Any] | None = None
 
 
 @attrs.define(slots=True, eq=False)
