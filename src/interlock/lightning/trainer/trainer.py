@@ -208,7 +208,10 @@ class Trainer(NodeLayout, NativeTrainer):
                 )
             if finder.sweep(self, model, train_dataloaders, val_dataloaders, datamodule):
                 self.__dict__["_train_opened"] = True  # Lightning's sweep opened the fit's loader in its isolated RNG
-        return super().fit(model, train_dataloaders, val_dataloaders, ckpt_path, datamodule=datamodule)
+        try:
+            return super().fit(model, train_dataloaders, val_dataloaders, ckpt_path, datamodule=datamodule)
+        finally:
+            self.__dict__.pop("_train_opened", None)  # for this fit only, also when it stopped before its session
 
     def validate(
         self,
